@@ -1,0 +1,2 @@
+//! (in progress)
+pub struct Config;
