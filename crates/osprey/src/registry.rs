@@ -383,3 +383,39 @@ impl Registry {
         }
     }
 }
+
+/// The calling thread's record, registering the thread (thread-start path) if
+/// it has none. Not signal-safe: for application-side writers (context
+/// setters) and thread hooks. All signals are blocked around the claim so a
+/// priming signal cannot race it on this thread.
+pub fn current_or_register() -> Option<&'static Record> {
+    let reg = Registry::get_or_init(RegistryConfig::default()).ok()?;
+    if let Some((_, r)) = reg.current() {
+        return Some(r);
+    }
+    let _blocked = SignalBlock::all();
+    reg.claim_current(Path::ThreadStart).map(|(_, r)| r)
+}
+
+/// Blocks every signal on the calling thread until dropped.
+pub struct SignalBlock(libc::sigset_t);
+
+impl SignalBlock {
+    pub fn all() -> Self {
+        // SAFETY: plain sigset manipulation on stack values.
+        unsafe {
+            let mut all: libc::sigset_t = core::mem::zeroed();
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            SignalBlock(old)
+        }
+    }
+}
+
+impl Drop for SignalBlock {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `all`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, core::ptr::null_mut()) };
+    }
+}
