@@ -1,1 +1,103 @@
-fn main() {}
+//! The `osprey` command: `exec`, `attach`, `report`.
+
+mod exec;
+mod report;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "osprey", version, about = "Continuous profiler for Linux: CPU time per thread and per request, as pprof.")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct Sampling {
+    /// Samples per CPU-second per thread (1-10000).
+    #[arg(long, default_value_t = 100)]
+    pub hz: u32,
+    /// Seconds between profile files.
+    #[arg(long, default_value_t = 60.0)]
+    pub period: f64,
+    /// Directory for the *.pb.gz profiles.
+    #[arg(long, default_value = "profiles")]
+    pub out: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run CMD with the profiler loaded (native programs) or attached (CPython).
+    Exec {
+        #[command(flatten)]
+        sampling: Sampling,
+        /// Also profile the programs CMD executes.
+        #[arg(long)]
+        children: bool,
+        /// The program and its arguments.
+        #[arg(required = true, last = true)]
+        cmd: Vec<String>,
+    },
+    /// Sample a running CPython process from outside until it exits or Ctrl-C.
+    Attach {
+        #[arg(long)]
+        pid: i32,
+        /// Stop after this many seconds.
+        #[arg(long)]
+        duration: Option<f64>,
+        #[command(flatten)]
+        sampling: Sampling,
+    },
+    /// Top functions and a flamegraph from profile files.
+    Report {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Rows to print.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Write an SVG flamegraph here.
+        #[arg(long)]
+        flamegraph: Option<PathBuf>,
+        /// Sample type to rank by (default: the last one, e.g. cpu).
+        #[arg(long)]
+        sample_index: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Exec { sampling, children, cmd } => exec::exec(&sampling, children, &cmd),
+        Cmd::Attach { pid, duration, sampling } => exec::attach(pid, duration, &sampling),
+        Cmd::Report { files, top, flamegraph, sample_index } => {
+            report::run(&files, top, flamegraph.as_deref(), sample_index.as_deref()).map(|_| 0).map_err(Failure::from)
+        }
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("osprey: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+/// An error with the exit status it maps to.
+pub struct Failure {
+    pub message: String,
+    pub code: u8,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure { message: message.into(), code: 2 }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure { message, code: 1 }
+    }
+}

@@ -1,1 +1,134 @@
-//! stub
+//! The osprey agent as a preloadable shared library.
+//!
+//! `LD_PRELOAD=libosprey_preload.so CMD` (what `osprey exec` does) starts the
+//! profiler from a constructor, configured by `OSPREY_*` variables (see
+//! `osprey::config`), writes the last profile at `exit`, and interposes
+//! `pthread_create` so every new thread registers itself (thread-start path)
+//! before its start routine runs. Threads created any other way are found by
+//! the agent's discovery scan.
+
+use osprey::discovery;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::Mutex;
+
+type StartRoutine = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
+type PthreadCreate =
+    unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut libc::c_void) -> libc::c_int;
+
+static REAL_PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
+static EXIT_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
+static PROFILER: Mutex<Option<osprey::Profiler>> = Mutex::new(None);
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+extern "C" fn init() {
+    if std::env::var_os("OSPREY_CHILDREN").is_none_or(|v| v != "1") {
+        remove_self_from_ld_preload();
+    }
+    // SAFETY: key with a plain extern "C" destructor, created once.
+    unsafe {
+        let mut key: libc::pthread_key_t = 0;
+        if libc::pthread_key_create(&mut key, Some(thread_exit)) == 0 {
+            EXIT_KEY.store(key as usize, Release);
+        }
+    }
+    let cfg = match osprey::Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("osprey: {e}; profiling is off");
+            return;
+        }
+    };
+    match osprey::Profiler::builder().config(cfg).start() {
+        Ok(p) => {
+            *PROFILER.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+            // SAFETY: registering a plain extern "C" function.
+            unsafe { libc::atexit(finish) };
+        }
+        Err(e) => eprintln!("osprey: {e}; profiling is off"),
+    }
+}
+
+/// At `exit`: stop sampling and write the last profile.
+extern "C" fn finish() {
+    let p = PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(p) = p {
+        let files = p.stop();
+        if std::env::var_os("OSPREY_VERBOSE").is_some_and(|v| v == "1") {
+            for f in files.iter().rev().take(1) {
+                eprintln!("osprey: last profile written to {}", f.display());
+            }
+        }
+    }
+}
+
+/// Programs the target execs are not profiled unless `OSPREY_CHILDREN=1`.
+fn remove_self_from_ld_preload() {
+    let Some(v) = std::env::var_os("LD_PRELOAD") else { return };
+    let v = v.to_string_lossy().into_owned();
+    let kept: Vec<&str> = v
+        .split([':', ' '])
+        .filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so"))
+        .collect();
+    if kept.is_empty() {
+        std::env::remove_var("LD_PRELOAD");
+    } else {
+        std::env::set_var("LD_PRELOAD", kept.join(":"));
+    }
+}
+
+struct Start {
+    routine: StartRoutine,
+    arg: *mut libc::c_void,
+}
+
+/// Interposed `pthread_create`: the new thread registers itself before `start` runs.
+///
+/// # Safety
+/// Same contract as libc's `pthread_create`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartRoutine,
+    arg: *mut libc::c_void,
+) -> libc::c_int {
+    let real = real_pthread_create();
+    let Some(real) = real else { return libc::EAGAIN };
+    let boxed = Box::into_raw(Box::new(Start { routine: start, arg }));
+    let rc = real(thread, attr, trampoline, boxed as *mut libc::c_void);
+    if rc != 0 {
+        drop(Box::from_raw(boxed));
+    }
+    rc
+}
+
+fn real_pthread_create() -> Option<PthreadCreate> {
+    let mut p = REAL_PTHREAD_CREATE.load(Acquire);
+    if p == 0 {
+        // SAFETY: looking up the next definition of a libc symbol.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) } as usize;
+        REAL_PTHREAD_CREATE.store(p, Release);
+    }
+    // SAFETY: p is libc's pthread_create.
+    (p != 0).then(|| unsafe { core::mem::transmute::<usize, PthreadCreate>(p) })
+}
+
+extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `p` is the Box made in `pthread_create`, handed over once.
+    let start = unsafe { Box::from_raw(p as *mut Start) };
+    if discovery::register_current().is_some() {
+        let key = EXIT_KEY.load(Acquire);
+        if key != usize::MAX {
+            // SAFETY: valid key; non-null marker value so the destructor runs.
+            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, 1 as *const libc::c_void) };
+        }
+    }
+    (start.routine)(start.arg)
+}
+
+extern "C" fn thread_exit(_value: *mut libc::c_void) {
+    discovery::unregister_current();
+}

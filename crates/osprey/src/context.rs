@@ -44,3 +44,13 @@ impl ContextRecord {
         None
     }
 }
+
+/// Name of the tag key in `slot`. (stub)
+pub fn tag_key_name(_slot: usize) -> Option<String> {
+    None
+}
+
+/// String of an interned tag value. (stub)
+pub fn tag_value(_id: u32) -> Option<String> {
+    None
+}

@@ -1,1 +1,168 @@
-//! (in progress)
+//! Finding threads: the thread-start path (a thread registers itself) and
+//! the discovery path (a periodic scan of `/proc/self/task` primes threads
+//! nobody announced with the priming signal).
+//!
+//! inotify on `/proc/self/task` never fires (procfs sends no events), so the
+//! scan runs every `scan_interval` (10 ms by default). A new thread can run
+//! unprimed for at most one interval plus signal delivery; it is not sampled
+//! in that window (its CPU clock is armed only once it has a record), so no
+//! handler ever runs on an unregistered thread because of osprey's clocks.
+
+use crate::handler::STATE;
+use crate::registry::{state, Path, Record, Registry, SignalBlock};
+use crate::{sampler, sys};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering::*;
+
+/// Tids of the threads in this process, from `/proc/self/task`.
+pub fn list_threads() -> std::io::Result<Vec<i32>> {
+    let mut tids: Vec<i32> = std::fs::read_dir("/proc/self/task")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// Stack mapping `[lo, hi)` of the calling thread (pthread_getattr_np; the
+/// main thread's lower bound comes from RLIMIT_STACK). Not signal-safe.
+pub fn current_stack_bounds() -> Option<(usize, usize)> {
+    // SAFETY: attr initialised by pthread_getattr_np and destroyed after use.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        ok.then(|| (addr as usize, addr as usize + size))
+    }
+}
+
+/// The mapping of `/proc/self/maps` that contains `sp`. For the main
+/// thread's growable `[stack]` the lower bound is extended to the stack rlimit.
+pub fn stack_bounds_of(sp: usize, maps: &str) -> Option<(usize, usize)> {
+    for line in maps.lines() {
+        let mut parts = line.split_whitespace();
+        let range = parts.next()?;
+        let (a, b) = range.split_once('-')?;
+        let (lo, hi) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
+        if (lo..hi).contains(&sp) {
+            if line.ends_with("[stack]") {
+                return Some((hi.saturating_sub(stack_rlimit()), hi));
+            }
+            return Some((lo, hi));
+        }
+    }
+    None
+}
+
+fn stack_rlimit() -> usize {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out pointer.
+    unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut r) };
+    if r.rlim_cur == libc::RLIM_INFINITY || r.rlim_cur == 0 { 1 << 30 } else { r.rlim_cur as usize }
+}
+
+/// Thread-start path: registers the calling thread, learns its stack and arms
+/// its CPU clock, all with signals blocked. Idempotent.
+pub fn register_current() -> Option<(usize, &'static Record)> {
+    let reg = Registry::get()?;
+    let _blocked = SignalBlock::all();
+    let (idx, rec) = reg.claim_current(Path::ThreadStart)?;
+    if rec.stack_hi.load(Acquire) == 0 {
+        if let Some((lo, hi)) = current_stack_bounds() {
+            rec.stack_lo.store(lo, Relaxed);
+            rec.stack_hi.store(hi, Release);
+        }
+    }
+    let _ = sampler::arm(rec);
+    Some((idx, rec))
+}
+
+/// Thread-exit path: disarms and retires the calling thread's record.
+pub fn unregister_current() {
+    let Some(reg) = Registry::get() else { return };
+    let _blocked = SignalBlock::all();
+    if let Some((_, rec)) = reg.current() {
+        sampler::disarm(rec);
+        reg.retire(rec.tid.load(Relaxed));
+    }
+}
+
+/// The periodic scan. Owned by the agent thread.
+#[derive(Default)]
+pub struct Discovery {
+    /// osprey's own threads: never primed nor sampled.
+    pub internal: HashSet<i32>,
+    /// When each unregistered tid was last sent the priming signal.
+    last_primed: HashMap<i32, u64>,
+    /// Priming signals sent.
+    pub primes_sent: u64,
+}
+
+/// Re-send the priming signal to a thread that has not answered after this long
+/// (it may have had the signal blocked).
+const REPRIME_NS: u64 = 100_000_000;
+
+impl Discovery {
+    /// One pass: prime new threads, finish the setup of primed ones (stack
+    /// bounds, CPU clock), retire records of threads that are gone.
+    pub fn scan(&mut self, reg: &Registry) {
+        let started = sys::monotonic_ns();
+        let Ok(tids) = list_threads() else { return };
+        let pid = sys::getpid();
+        let prime = STATE.prime_signal.load(Relaxed);
+        let mut maps: Option<String> = None;
+        for &tid in &tids {
+            if self.internal.contains(&tid) {
+                continue;
+            }
+            match reg.lookup(tid) {
+                None if prime > 0 => {
+                    let last = self.last_primed.get(&tid).copied().unwrap_or(0);
+                    if last == 0 || started.saturating_sub(last) > REPRIME_NS {
+                        sys::tgkill(pid, tid, prime);
+                        self.primes_sent += 1;
+                        self.last_primed.insert(tid, started);
+                    }
+                }
+                None => {}
+                Some((_, rec)) => {
+                    self.last_primed.remove(&tid);
+                    complete_setup(rec, &mut maps);
+                }
+            }
+        }
+        self.last_primed.retain(|t, _| tids.binary_search(t).is_ok());
+        reg.for_each_active(|_, rec| {
+            let tid = rec.tid.load(Relaxed);
+            if rec.state() == state::CLAIMED
+                && rec.registered_ns.load(Relaxed) < started
+                && tids.binary_search(&tid).is_err()
+            {
+                sampler::disarm(rec);
+                reg.retire(tid);
+            }
+        });
+    }
+}
+
+/// Stack bounds and CPU clock for a record claimed by the priming handler.
+fn complete_setup(rec: &Record, maps: &mut Option<String>) {
+    if rec.stack_hi.load(Acquire) == 0 {
+        let sp = rec.primed_sp.load(Relaxed);
+        if sp != 0 {
+            let text = maps.get_or_insert_with(|| std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+            if let Some((lo, hi)) = stack_bounds_of(sp, text) {
+                rec.stack_lo.store(lo, Relaxed);
+                rec.stack_hi.store(hi, Release);
+            }
+        }
+    }
+    if rec.perf_fd.load(Relaxed) < 0 {
+        let _ = sampler::arm(rec);
+    }
+}

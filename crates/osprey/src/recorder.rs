@@ -1,1 +1,222 @@
-//! (in progress)
+//! The recorder: drains per-thread sample rings, aggregates samples by
+//! (trace, thread, context), and at flush resolves trace ids against the
+//! rotated call trace storage into a [`ProfileData`].
+//!
+//! Nothing is dropped silently: samples that could not be stored or
+//! buffered become samples under a synthetic `[osprey] ...` frame.
+//!
+//! Ordering that makes resolution complete: `storage.rotate()` waits until no
+//! handler is inside the old ACTIVE table, and a handler pushes its sample
+//! record *before* leaving the table. So after a rotation, draining the rings
+//! yields every sample whose trace is in the rotated table; samples of the new
+//! epoch stay pending until the next flush.
+
+use crate::context::{self, TAG_SLOTS};
+use crate::export::{Frame, Label, LabelValue, ProfileData, Sample};
+use crate::registry::{state, Registry};
+use crate::storage::{CallTraceStorage, SampleRecord, DROPPED_TRACE_ID};
+use crate::sys;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::*;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    trace_id: u64,
+    tid: i32,
+    span_id: u64,
+    local_root_span_id: u64,
+    tags: [u32; TAG_SLOTS],
+}
+
+#[derive(Clone, Copy, Default)]
+struct Agg {
+    count: u64,
+    cpu_ns: u64,
+    /// Flushes this entry survived unresolved.
+    age: u32,
+}
+
+/// Synthetic frame names.
+pub const FRAME_STORAGE_FULL: &str = "[osprey] dropped: call trace storage full";
+pub const FRAME_RING_FULL: &str = "[osprey] lost: sample buffer full";
+pub const FRAME_UNREGISTERED: &str = "[osprey] dropped: thread not registered";
+pub const FRAME_UNRESOLVED: &str = "[osprey] unresolved call trace";
+pub const FRAME_TRUNCATED: &str = "[truncated]";
+
+pub struct Recorder {
+    pending: HashMap<Key, Agg>,
+    lost_ring: HashMap<i32, u64>,
+    names: HashMap<i32, String>,
+    start_realtime_ns: u64,
+    start_mono_ns: u64,
+    /// Samples drained since creation.
+    pub drained: u64,
+    /// `Registry::dropped_unregistered` at the last flush.
+    unregistered_seen: u64,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            pending: HashMap::new(),
+            lost_ring: HashMap::new(),
+            names: HashMap::new(),
+            start_realtime_ns: sys::realtime_ns(),
+            start_mono_ns: sys::monotonic_ns(),
+            drained: 0,
+            unregistered_seen: Registry::get().map_or(0, |r| r.dropped_unregistered.load(Relaxed)),
+        }
+    }
+}
+
+impl Recorder {
+    /// Drains every ring; recycles retired records once drained.
+    pub fn drain(&mut self, reg: &Registry) {
+        reg.for_each_active(|idx, rec| {
+            let retired = rec.state() == state::RETIRED;
+            rec.ring.drain(|s| self.add(s));
+            let lost = rec.ring_overflow.swap(0, Relaxed);
+            let tid = rec.tid.load(Relaxed);
+            if lost > 0 {
+                *self.lost_ring.entry(tid).or_default() += lost;
+            }
+            if retired {
+                reg.recycle(idx);
+            }
+        });
+    }
+
+    /// Discards everything buffered (the forked child's copy of the parent's samples).
+    pub fn discard(&mut self, reg: &Registry) {
+        reg.for_each_active(|_, rec| {
+            rec.ring.drain(|_| {});
+            rec.ring_overflow.store(0, Relaxed);
+        });
+        *self = Recorder::default();
+    }
+
+    fn add(&mut self, s: &SampleRecord) {
+        self.drained += s.count as u64;
+        if !self.names.contains_key(&s.tid) {
+            self.names.insert(s.tid, thread_name(s.tid));
+        }
+        let key = Key {
+            trace_id: s.trace_id,
+            tid: s.tid,
+            span_id: s.span_id,
+            local_root_span_id: s.local_root_span_id,
+            tags: s.tags,
+        };
+        let a = self.pending.entry(key).or_default();
+        a.count += s.count as u64;
+        a.cpu_ns += s.cpu_ns;
+    }
+
+    /// Rotates storage, drains, and returns the profile of the period that ends now.
+    pub fn flush(&mut self, reg: &Registry, storage: &CallTraceStorage, period_ns: u64, comments: Vec<String>) -> ProfileData {
+        let collected = storage.rotate();
+        self.drain(reg);
+        let traces: HashMap<u64, (&[u64], bool)> =
+            collected.traces.iter().map(|t| (t.id, (t.frames.as_slice(), t.truncated))).collect();
+        let mut samples = Vec::new();
+        let pending = std::mem::take(&mut self.pending);
+        for (key, mut agg) in pending {
+            let frames = if key.trace_id == DROPPED_TRACE_ID {
+                vec![Frame::Synthetic(FRAME_STORAGE_FULL.into())]
+            } else if let Some((addrs, truncated)) = traces.get(&key.trace_id) {
+                native_frames(addrs, *truncated)
+            } else if agg.age == 0 {
+                agg.age += 1;
+                self.pending.insert(key, agg);
+                continue;
+            } else {
+                vec![Frame::Synthetic(FRAME_UNRESOLVED.into())]
+            };
+            samples.push(Sample {
+                frames,
+                values: vec![agg.count as i64, agg.cpu_ns as i64],
+                labels: self.labels(&key),
+            });
+        }
+        for (tid, lost) in self.lost_ring.drain() {
+            samples.push(Sample {
+                frames: vec![Frame::Synthetic(FRAME_RING_FULL.into())],
+                values: vec![lost as i64, (lost * period_ns) as i64],
+                labels: thread_labels(tid, self.names.get(&tid)),
+            });
+        }
+        let total = reg.dropped_unregistered.load(Relaxed);
+        let unregistered = total.saturating_sub(self.unregistered_seen);
+        self.unregistered_seen = total;
+        if unregistered > 0 {
+            samples.push(Sample {
+                frames: vec![Frame::Synthetic(FRAME_UNREGISTERED.into())],
+                values: vec![unregistered as i64, (unregistered * period_ns) as i64],
+                labels: vec![],
+            });
+        }
+        let now_mono = sys::monotonic_ns();
+        let data = ProfileData {
+            pid: sys::getpid(),
+            sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
+            period: ("cpu".into(), "nanoseconds".into(), period_ns as i64),
+            start_realtime_ns: self.start_realtime_ns as i64,
+            duration_ns: now_mono.saturating_sub(self.start_mono_ns) as i64,
+            samples,
+            comments,
+        };
+        self.start_realtime_ns = sys::realtime_ns();
+        self.start_mono_ns = now_mono;
+        // Forget names of threads that are gone and left nothing pending.
+        let live: std::collections::HashSet<i32> = self.pending.keys().map(|k| k.tid).collect();
+        self.names.retain(|tid, _| live.contains(tid) || reg.lookup(*tid).is_some());
+        data
+    }
+
+    fn labels(&self, key: &Key) -> Vec<Label> {
+        let mut labels = thread_labels(key.tid, self.names.get(&key.tid));
+        if key.span_id != 0 || key.local_root_span_id != 0 {
+            labels.push(Label { key: "span id".into(), value: LabelValue::Num(key.span_id as i64) });
+            labels.push(Label {
+                key: "local root span id".into(),
+                value: LabelValue::Num(key.local_root_span_id as i64),
+            });
+        }
+        for (slot, &id) in key.tags.iter().enumerate() {
+            if id == 0 {
+                continue;
+            }
+            if let (Some(k), Some(v)) = (context::tag_key_name(slot), context::tag_value(id)) {
+                labels.push(Label { key: k, value: LabelValue::Str(v) });
+            }
+        }
+        labels
+    }
+}
+
+fn native_frames(addrs: &[u64], truncated: bool) -> Vec<Frame> {
+    let mut frames: Vec<Frame> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &addr)| Frame::Native { addr, return_address: i > 0 })
+        .collect();
+    if truncated {
+        frames.push(Frame::Synthetic(FRAME_TRUNCATED.into()));
+    }
+    frames
+}
+
+fn thread_labels(tid: i32, name: Option<&String>) -> Vec<Label> {
+    let mut v = vec![Label { key: "thread id".into(), value: LabelValue::Num(tid as i64) }];
+    if let Some(n) = name.filter(|n| !n.is_empty()) {
+        v.push(Label { key: "thread name".into(), value: LabelValue::Str(n.clone()) });
+    }
+    v
+}
+
+/// The thread's name from `/proc/self/task/TID/comm` (empty if gone).
+pub fn thread_name(tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default()
+}

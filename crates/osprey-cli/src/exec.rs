@@ -1,0 +1,177 @@
+//! `osprey exec` and `osprey attach`.
+//!
+//! Native programs are `exec`'d in place with the agent preloaded, so their
+//! stdin/stdout/stderr, exit status and signals are theirs, untouched.
+//! CPython programs are started as a child and sampled from outside.
+
+use crate::{Failure, Sampling};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const AGENT_LIB: &str = "libosprey_preload.so";
+
+pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure> {
+    let cfg = check_sampling(s)?;
+    let program = resolve(&cmd[0])?;
+    if osprey_python::is_cpython_executable(&program) {
+        return run_python(&program, cmd, s);
+    }
+    let agent = agent_library()?;
+    let mut preload = agent.display().to_string();
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload = format!("{preload}:{}", existing.to_string_lossy());
+    }
+    let mut c = std::process::Command::new(&program);
+    c.arg0(&cmd[0])
+        .args(&cmd[1..])
+        .env("LD_PRELOAD", preload)
+        .env("OSPREY_HZ", cfg.hz.to_string())
+        .env("OSPREY_PERIOD", cfg.period.as_secs_f64().to_string())
+        .env("OSPREY_OUT", absolute(&cfg.out_dir));
+    if children {
+        c.env("OSPREY_CHILDREN", "1");
+    }
+    let err = c.exec();
+    Err(Failure { message: format!("{}: {err}", cmd[0]), code: 126 })
+}
+
+pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failure> {
+    let cfg = check_sampling(s)?;
+    let duration = match duration {
+        Some(d) if !(d > 0.0 && d.is_finite()) => return Err(Failure::usage(format!("--duration {d} must be positive"))),
+        d => d.map(Duration::from_secs_f64),
+    };
+    let opts = python_options(&cfg, duration);
+    let stop = stop_on_ctrl_c();
+    let summary = osprey_python::attach(pid, &opts, stop).map_err(|e| Failure::from(e.to_string()))?;
+    print_summary(&summary);
+    Ok(0)
+}
+
+fn run_python(program: &Path, cmd: &[String], s: &Sampling) -> Result<u8, Failure> {
+    let cfg = check_sampling(s)?;
+    let mut child = std::process::Command::new(program)
+        .arg0(&cmd[0])
+        .args(&cmd[1..])
+        .spawn()
+        .map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
+    let opts = python_options(&cfg, None);
+    let stop = stop_on_ctrl_c();
+    let result = osprey_python::attach(child.id() as i32, &opts, stop);
+    let status = child.wait().map_err(|e| Failure::from(format!("waiting for {}: {e}", cmd[0])))?;
+    match result {
+        Ok(summary) => print_summary(&summary),
+        Err(e) => eprintln!("osprey: {e}"),
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(sig)) => 128 + sig as u8,
+        _ => 1,
+    })
+}
+
+fn python_options(cfg: &osprey::Config, duration: Option<Duration>) -> osprey_python::Options {
+    osprey_python::Options {
+        hz: cfg.hz,
+        period: cfg.period,
+        out_dir: cfg.out_dir.clone(),
+        duration,
+        method: None,
+    }
+}
+
+fn print_summary(s: &osprey_python::Summary) {
+    eprintln!("osprey: {} samples", s.samples);
+    for f in &s.files {
+        eprintln!("osprey: profile written to {}", f.display());
+    }
+}
+
+/// Ctrl-C (SIGINT/SIGTERM) sets the returned flag instead of killing osprey,
+/// so the sampler can write its last profile.
+fn stop_on_ctrl_c() -> &'static AtomicBool {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    extern "C" fn on_signal(_: libc::c_int) {
+        STOP.store(true, Ordering::SeqCst);
+    }
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as usize);
+        libc::signal(libc::SIGTERM, on_signal as *const () as usize);
+    }
+    &STOP
+}
+
+/// Validates the sampling options and the output directory before anything runs.
+fn check_sampling(s: &Sampling) -> Result<osprey::Config, Failure> {
+    if !(s.period.is_finite() && (0.1..=86_400.0).contains(&s.period)) {
+        return Err(Failure::usage(format!("--period {} is out of range (0.1-86400 seconds)", s.period)));
+    }
+    let cfg = osprey::Config {
+        hz: s.hz,
+        period: Duration::from_secs_f64(s.period),
+        out_dir: s.out.clone(),
+        ..Default::default()
+    };
+    cfg.validate().map_err(|e| Failure::usage(format!("--hz: {e}")))?;
+    std::fs::create_dir_all(&s.out)
+        .map_err(|e| Failure::usage(format!("cannot create --out {}: {e}", s.out.display())))?;
+    let probe = s.out.join(format!(".osprey-write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| Failure::usage(format!("--out {} is not writable: {e}", s.out.display())))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(cfg)
+}
+
+/// Finds `name` like a shell does: a path if it has a slash, else in `$PATH`.
+fn resolve(name: &str) -> Result<PathBuf, Failure> {
+    let not_found = || Failure { message: format!("{name}: command not found"), code: 127 };
+    let candidates: Vec<PathBuf> = if name.contains('/') {
+        vec![PathBuf::from(name)]
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path).map(|d| d.join(name)).collect()
+    };
+    let mut found_not_exec = None;
+    for c in candidates {
+        if let Ok(m) = std::fs::metadata(&c) {
+            if m.is_file() && m.permissions().mode() & 0o111 != 0 {
+                return Ok(c);
+            }
+            found_not_exec.get_or_insert(c);
+        }
+    }
+    match found_not_exec {
+        Some(c) => Err(Failure { message: format!("{}: permission denied", c.display()), code: 126 }),
+        None => Err(not_found()),
+    }
+}
+
+/// The agent library: `$OSPREY_PRELOAD_LIB`, or next to this executable.
+fn agent_library() -> Result<PathBuf, Failure> {
+    if let Some(p) = std::env::var_os("OSPREY_PRELOAD_LIB") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(absolute(&p))
+        } else {
+            Err(Failure::from(format!("OSPREY_PRELOAD_LIB={} does not exist", p.display())))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| Failure::from(format!("cannot locate osprey itself: {e}")))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for cand in [dir.join(AGENT_LIB), dir.join("../lib").join(AGENT_LIB)] {
+        if cand.is_file() {
+            return Ok(absolute(&cand));
+        }
+    }
+    Err(Failure::from(format!(
+        "agent library {AGENT_LIB} not found next to {} (build it with `cargo build --workspace`, or set OSPREY_PRELOAD_LIB)",
+        exe.display()
+    )))
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| std::env::current_dir().map(|d| d.join(p)).unwrap_or(p.to_path_buf()))
+}
