@@ -101,6 +101,11 @@ pub struct Discovery {
     last_primed: HashMap<i32, u64>,
     /// Priming signals sent.
     pub primes_sent: u64,
+    /// CPU ns of threads without a record at the last accounting.
+    unsampled: HashMap<i32, u64>,
+    scans: u64,
+    last_account_ns: u64,
+    lost_ns: u64,
 }
 
 /// Re-send the priming signal to a thread that has not answered after this long
@@ -137,6 +142,11 @@ impl Discovery {
             }
         }
         self.last_primed.retain(|t, _| tids.binary_search(t).is_ok());
+        if started.saturating_sub(self.last_account_ns) >= ACCOUNT_NS || self.scans == 0 {
+            self.account_unsampled(reg, &tids);
+            self.last_account_ns = started;
+        }
+        self.scans += 1;
         reg.for_each_active(|_, rec| {
             let tid = rec.tid.load(Relaxed);
             if rec.state() == state::CLAIMED
@@ -148,6 +158,46 @@ impl Discovery {
             }
         });
     }
+}
+
+/// How often CPU time of threads without a record is accounted as lost samples.
+const ACCOUNT_NS: u64 = 100_000_000;
+
+impl Discovery {
+    /// Threads without a record (not primed yet, or the pool is exhausted) are
+    /// not sampled; their CPU time, read from `/proc/self/task/TID/schedstat`,
+    /// is converted to samples and added to `Registry::dropped_unregistered`, so
+    /// the profile shows what was lost. Threads already present at the first
+    /// scan count from then on; later ones from their start.
+    fn account_unsampled(&mut self, reg: &Registry, tids: &[i32]) {
+        let period = STATE.period_ns.load(Relaxed).max(1);
+        let first = self.scans == 0;
+        let mut seen = HashMap::new();
+        for &tid in tids {
+            if self.internal.contains(&tid) || reg.lookup(tid).is_some() {
+                continue;
+            }
+            let Some(now) = thread_cpu_ns(tid) else { continue };
+            let before = match self.unsampled.get(&tid) {
+                Some(&b) => b,
+                None if first => now,
+                None => 0,
+            };
+            self.lost_ns += now.saturating_sub(before);
+            seen.insert(tid, now);
+        }
+        self.unsampled = seen;
+        if STATE.enabled.load(Relaxed) && self.lost_ns >= period {
+            reg.dropped_unregistered.fetch_add(self.lost_ns / period, Relaxed);
+            self.lost_ns %= period;
+        }
+    }
+}
+
+/// CPU time of thread `tid` in ns (first field of schedstat).
+pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
 }
 
 /// Stack bounds and CPU clock for a record claimed by the priming handler.

@@ -59,6 +59,7 @@ pub extern "C" fn on_sample(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: 
     let _errno = ErrnoGuard::save();
     STATE.signals.fetch_add(1, Relaxed);
     let Some(reg) = Registry::get() else { return };
+    let _depth = DepthGuard::enter(reg);
     let Some((slot, rec)) = reg.current() else {
         reg.dropped_unregistered.fetch_add(1, Relaxed);
         return;
@@ -118,11 +119,43 @@ pub extern "C" fn on_prime(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *
     let _errno = ErrnoGuard::save();
     STATE.primed.fetch_add(1, Relaxed);
     let Some(reg) = Registry::get() else { return };
+    let _depth = DepthGuard::enter(reg);
     if let Some((_, rec)) = reg.claim_current(Path::Discovery) {
         // SAFETY: `uc` is the ucontext of this SA_SIGINFO handler.
         let sp = unsafe { Regs::from_ucontext(uc) }.sp as usize;
         let _ = rec.primed_sp.compare_exchange(0, sp, Relaxed, Relaxed);
     }
+}
+
+/// Marks the calling thread as inside an osprey handler until dropped.
+struct DepthGuard(Option<&'static std::sync::atomic::AtomicU32>);
+
+impl DepthGuard {
+    #[inline(always)]
+    fn enter(reg: &'static Registry) -> Self {
+        let d = reg.handler_depth(sys::gettid());
+        if let Some(d) = d {
+            d.fetch_add(1, Relaxed);
+        }
+        DepthGuard(d)
+    }
+}
+
+impl Drop for DepthGuard {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let Some(d) = self.0 {
+            d.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+/// Whether the calling thread is inside an osprey signal handler. Signal-safe;
+/// used by the allocation-guard tests.
+pub fn in_handler() -> bool {
+    Registry::get()
+        .and_then(|r| r.handler_depth(sys::gettid()))
+        .is_some_and(|d| d.load(Relaxed) > 0)
 }
 
 /// A handler installed by osprey, with what it replaced.

@@ -96,6 +96,8 @@ pub struct Registry {
     free_head: AtomicU64,
     free_count: AtomicUsize,
     tid_table: *const AtomicU32,
+    /// Per-tid nesting depth of osprey signal handlers (see `handler_depth`).
+    depth_table: *const AtomicU32,
     tid_limit: usize,
     /// Samples that arrived on a thread without a record (pool exhausted, or not primed yet).
     pub dropped_unregistered: AtomicU64,
@@ -156,6 +158,7 @@ impl Registry {
             .min(4_194_304)
             + 1;
         let tid_table = sys::map_zeroed(tid_limit * 4)? as *const AtomicU32;
+        let depth_table = sys::map_zeroed(tid_limit * 4)? as *const AtomicU32;
         let r = Registry {
             segments: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_SEGMENTS],
             nsegments: AtomicUsize::new(0),
@@ -164,6 +167,7 @@ impl Registry {
             free_head: AtomicU64::new(0),
             free_count: AtomicUsize::new(0),
             tid_table,
+            depth_table,
             tid_limit,
             dropped_unregistered: AtomicU64::new(0),
             exhausted: AtomicU64::new(0),
@@ -253,6 +257,19 @@ impl Registry {
         }
         // SAFETY: t < tid_limit, table mapped for tid_limit entries.
         Some(unsafe { &*self.tid_table.add(t) })
+    }
+
+    /// Depth of osprey signal handlers running on thread `tid` (registered
+    /// or not). Handlers bump it on entry; the test allocator aborts when it
+    /// is non-zero. Signal-safe.
+    #[inline]
+    pub fn handler_depth(&self, tid: i32) -> Option<&AtomicU32> {
+        let t = tid as usize;
+        if tid <= 0 || t >= self.tid_limit {
+            return None;
+        }
+        // SAFETY: t < tid_limit, table mapped for tid_limit entries.
+        Some(unsafe { &*self.depth_table.add(t) })
     }
 
     /// Record index registered for `tid`. Signal-safe.

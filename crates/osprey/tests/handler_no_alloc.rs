@@ -1,0 +1,91 @@
+//! The handler path never allocates: a global allocator aborts the process if
+//! it is called while the current thread is inside an osprey signal handler.
+//! The profiler runs at a high rate over threads that allocate constantly,
+//! with a priming-signal storm on top. A negative control checks the guard.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::time::{Duration, Instant};
+
+struct Guarded;
+
+unsafe impl GlobalAlloc for Guarded {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        check();
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        check();
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        check();
+        System.realloc(p, l, n)
+    }
+}
+
+fn check() {
+    if osprey::handler::in_handler() {
+        let msg = b"FATAL: allocation inside an osprey signal handler\n";
+        unsafe {
+            libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len());
+            libc::abort();
+        }
+    }
+}
+
+#[global_allocator]
+static A: Guarded = Guarded;
+
+#[test]
+fn handlers_never_allocate() {
+    let dir = std::env::temp_dir().join(format!("osprey-noalloc-{}", std::process::id()));
+    let p = osprey::Profiler::builder().out_dir(&dir).hz(5000).start().unwrap();
+    let end = Instant::now() + Duration::from_secs(2);
+    let hs: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut v: Vec<Vec<u8>> = Vec::new();
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    v.push(vec![1u8; 64 + (n as usize % 512)]);
+                    if v.len() > 1000 {
+                        v.clear();
+                    }
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let prime = osprey::handler::STATE.prime_signal.load(std::sync::atomic::Ordering::Relaxed);
+    while Instant::now() < end {
+        for t in osprey::discovery::list_threads().unwrap() {
+            osprey::sys::tgkill(osprey::sys::getpid(), t, prime);
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    for h in hs {
+        assert!(h.join().unwrap() > 0);
+    }
+    let stats = osprey::profiler::stats();
+    drop(p);
+    assert!(stats.signals > 1000, "too few samples to mean anything: {stats:?}");
+    assert!(stats.primed > 100, "too few priming signals: {stats:?}");
+}
+
+/// The guard works: an allocation while marked in-handler aborts (checked in a forked child).
+#[test]
+fn guard_catches_allocation_in_handler() {
+    let reg = osprey::registry::Registry::get_or_init(Default::default()).unwrap();
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let d = reg.handler_depth(osprey::sys::gettid()).unwrap();
+        d.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let b = std::hint::black_box(Box::new([0u8; 64]));
+        drop(b);
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGABRT, "guard did not fire");
+}
