@@ -126,7 +126,9 @@ impl Discovery {
                 continue;
             }
             match reg.lookup(tid) {
-                None if prime > 0 => {
+                // An exhausted pool cannot give the thread a record: don't signal
+                // it for nothing (its CPU time is accounted as lost below).
+                None if prime > 0 && reg.free_count() > 0 => {
                     let last = self.last_primed.get(&tid).copied().unwrap_or(0);
                     if last == 0 || started.saturating_sub(last) > REPRIME_NS {
                         sys::tgkill(pid, tid, prime);

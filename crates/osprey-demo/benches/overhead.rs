@@ -1,0 +1,141 @@
+//! Overhead benchmark (issue 2): one CPU-bound workload (2 threads, the
+//! 50/30/20 split) with no profiler, with osprey, and with pprof-rs, at
+//! 100 Hz and 1 kHz. Each run is a fresh child process; runs alternate and
+//! the median of `OSPREY_BENCH_REPS` (default 5) is reported.
+//!
+//! Figures: CPU-time overhead during the workload (ratio to no profiler),
+//! samples delivered vs expected (CPU seconds x rate), peak RSS added, and
+//! the one-off cost of writing the profile at the end.
+//!
+//! `cargo bench -p osprey-demo --bench overhead`
+
+use std::process::Command;
+use std::time::Instant;
+
+const ROUNDS: u64 = 1500;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Run {
+    work_cpu_s: f64,
+    samples: f64,
+    hwm_kib: f64,
+    report_ms: f64,
+}
+
+fn cpu_s() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+fn hwm_kib() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+fn workload() {
+    osprey_demo::on_threads(2, || {
+        osprey_demo::split_work(ROUNDS / 2);
+    });
+}
+
+fn child(mode: &str, hz: u32) {
+    let dir = std::env::temp_dir().join(format!("osprey-bench-{}", std::process::id()));
+    let c0 = cpu_s();
+    let (samples, report_ms);
+    match mode {
+        "none" => {
+            workload();
+            samples = 0.0;
+            report_ms = 0.0;
+        }
+        "osprey" => {
+            let p = osprey::Profiler::builder().hz(hz).out_dir(&dir).start().unwrap();
+            workload();
+            let c1 = cpu_s();
+            let signals = osprey::profiler::stats().signals;
+            let t = Instant::now();
+            let files = p.stop();
+            assert!(!files.is_empty(), "osprey wrote no profile");
+            samples = signals as f64;
+            report_ms = t.elapsed().as_secs_f64() * 1e3;
+            println!("{} {samples} {} {report_ms}", c1 - c0, hwm_kib());
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+        "pprof" => {
+            let g = pprof::ProfilerGuardBuilder::default().frequency(hz as i32).build().unwrap();
+            workload();
+            let c1 = cpu_s();
+            let t = Instant::now();
+            let r = g.report().build().unwrap();
+            samples = r.data.values().map(|&c| c as f64).sum();
+            report_ms = t.elapsed().as_secs_f64() * 1e3;
+            println!("{} {samples} {} {report_ms}", c1 - c0, hwm_kib());
+            return;
+        }
+        _ => panic!("mode"),
+    }
+    println!("{} {samples} {} {report_ms}", cpu_s() - c0, hwm_kib());
+}
+
+fn spawn(mode: &str, hz: u32) -> Run {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--child", mode, &hz.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    let v: Vec<f64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    Run { work_cpu_s: v[0], samples: v[1], hwm_kib: v[2], report_ms: v[3] }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--child") {
+        child(&args[2], args[3].parse().unwrap());
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        return;
+    }
+    let reps: usize = std::env::var("OSPREY_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    println!("| rate | profiler | CPU overhead | samples / expected | peak RSS added | profile write |");
+    println!("|---|---|---|---|---|---|");
+    for hz in [100u32, 1000] {
+        let mut runs: std::collections::BTreeMap<&str, Vec<Run>> = Default::default();
+        for _ in 0..reps {
+            for mode in ["none", "osprey", "pprof"] {
+                runs.entry(mode).or_default().push(spawn(mode, hz));
+            }
+        }
+        let base_cpu = median(runs["none"].iter().map(|r| r.work_cpu_s).collect());
+        let base_rss = median(runs["none"].iter().map(|r| r.hwm_kib).collect());
+        for mode in ["osprey", "pprof"] {
+            let rs = &runs[mode];
+            let cpu = median(rs.iter().map(|r| r.work_cpu_s).collect());
+            let delivered = median(rs.iter().map(|r| r.samples / (r.work_cpu_s * hz as f64)).collect());
+            let rss = median(rs.iter().map(|r| r.hwm_kib).collect()) - base_rss;
+            let write = median(rs.iter().map(|r| r.report_ms).collect());
+            let name = if mode == "pprof" { "pprof-rs 0.15" } else { "osprey" };
+            println!(
+                "| {hz} Hz | {name} | {:+.2}% | {:.1}% | {:.1} MiB | {:.0} ms |",
+                (cpu / base_cpu - 1.0) * 100.0,
+                delivered * 100.0,
+                rss / 1024.0,
+                write
+            );
+        }
+        println!("| {hz} Hz | none | workload {base_cpu:.2} CPU-s | | base {:.1} MiB | |", base_rss / 1024.0);
+    }
+}
