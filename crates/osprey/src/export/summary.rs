@@ -1,0 +1,148 @@
+//! Per-function totals and folded stacks of one or more pprof profiles.
+//!
+//! Invariants: for the chosen sample value, `sum(flat) == total`; `cum` counts
+//! a sample once per function even when the function recurses, so
+//! `flat <= cum <= total`; folded stacks are `root;...;leaf` with no `;`
+//! inside a frame name.
+
+use super::pprof::Profile;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionStat {
+    pub name: String,
+    /// Value of samples whose leaf frame is this function.
+    pub flat: i64,
+    /// Value of samples with this function anywhere on the stack.
+    pub cum: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// (type, unit) of the summarized value, e.g. ("cpu", "nanoseconds").
+    pub sample_type: (String, String),
+    pub total: i64,
+    /// Sum of the first `count`-unit value when the profiles have one,
+    /// else the number of sample records.
+    pub samples: i64,
+    /// Sorted by flat, then cum (both descending), then name.
+    pub functions: Vec<FunctionStat>,
+    /// `(root;...;leaf, value)`, sorted by stack, zero values left out.
+    pub folded: Vec<(String, i64)>,
+}
+
+/// Summarizes `profiles` (merged) on the sample type named `sample_index`
+/// (a type name such as `"cpu"`, or a number), by default the first profile's
+/// last sample type. Every profile must have that type.
+pub fn summarize(profiles: &[Profile], sample_index: Option<&str>) -> Result<Summary, String> {
+    let first = profiles.first().ok_or("no profiles")?;
+    let types: Vec<&str> = first
+        .sample_type
+        .iter()
+        .map(|t| first.string(t.r#type))
+        .collect();
+    let pick = match sample_index {
+        None => types
+            .len()
+            .checked_sub(1)
+            .ok_or("profile has no sample types")?,
+        Some(s) => match s.parse::<usize>() {
+            Ok(i) if i < types.len() => i,
+            _ => types
+                .iter()
+                .position(|t| *t == s)
+                .ok_or_else(|| format!("no sample type {s:?}; have {types:?}"))?,
+        },
+    };
+    let vt = &first.sample_type[pick];
+    let mut out = Summary {
+        sample_type: (
+            first.string(vt.r#type).to_string(),
+            first.string(vt.unit).to_string(),
+        ),
+        ..Summary::default()
+    };
+    let mut stats: HashMap<String, (i64, i64)> = HashMap::new();
+    let mut folded: BTreeMap<String, i64> = BTreeMap::new();
+    for p in profiles {
+        let idx = p
+            .sample_type
+            .iter()
+            .position(|t| p.string(t.r#type) == out.sample_type.0);
+        let idx =
+            idx.ok_or_else(|| format!("a profile lacks sample type {:?}", out.sample_type.0))?;
+        let count_idx = p
+            .sample_type
+            .iter()
+            .position(|t| p.string(t.unit) == "count");
+        let names = frame_names(p);
+        for s in &p.sample {
+            out.samples += count_idx.map_or(1, |c| s.value.get(c).copied().unwrap_or(0));
+            let v = s.value.get(idx).copied().unwrap_or(0);
+            if v == 0 {
+                continue;
+            }
+            out.total += v;
+            let stack: Vec<&str> = s
+                .location_id
+                .iter()
+                .flat_map(|id| names.get(id).map_or(&[][..], |n| &n[..]))
+                .map(|n| n.as_str())
+                .collect();
+            let mut seen = HashSet::new();
+            for (i, name) in stack.iter().enumerate() {
+                let e = stats.entry(name.to_string()).or_default();
+                if i == 0 {
+                    e.0 += v;
+                }
+                if seen.insert(*name) {
+                    e.1 += v;
+                }
+            }
+            let root_first: Vec<String> = stack.iter().rev().map(|n| n.replace(';', ":")).collect();
+            *folded.entry(root_first.join(";")).or_default() += v;
+        }
+    }
+    out.functions = stats
+        .into_iter()
+        .map(|(name, (flat, cum))| FunctionStat { name, flat, cum })
+        .collect();
+    out.functions
+        .sort_by(|a, b| (b.flat, b.cum, &a.name).cmp(&(a.flat, a.cum, &b.name)));
+    out.folded = folded.into_iter().collect();
+    Ok(out)
+}
+
+/// Location id -> function names, innermost first; `0x<address>` when unsymbolized.
+fn frame_names(p: &Profile) -> HashMap<u64, Vec<String>> {
+    let funcs: HashMap<u64, &str> = p
+        .function
+        .iter()
+        .map(|f| (f.id, p.string(f.name)))
+        .collect();
+    let name = |id: u64| {
+        funcs
+            .get(&id)
+            .copied()
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+    };
+    p.location
+        .iter()
+        .map(|l| {
+            let names: Vec<String> = l
+                .line
+                .iter()
+                .filter_map(|ln| name(ln.function_id))
+                .collect();
+            (
+                l.id,
+                if names.is_empty() {
+                    vec![format!("0x{:x}", l.address)]
+                } else {
+                    names
+                },
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,144 @@
+//! Native address -> function/file/line, with `blazesym`, off the signal path.
+//!
+//! One [`Symbolizer`] lives for one call of [`symbolize`] and is dropped at its
+//! end: its caches (mapped ELF/DWARF data, parsed line tables) go with it, so
+//! the agent's resident memory returns to its baseline between flushes. With
+//! glibc, `malloc_trim` then hands the freed heap pages back to the kernel:
+//! otherwise the arena of the collector thread keeps them resident.
+
+use blazesym::symbolize::source::{Process, Source};
+use blazesym::symbolize::{CodeInfo, Input, Symbolized, Symbolizer};
+use blazesym::Pid;
+
+/// One (possibly inlined) function at an address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SymLine {
+    /// Demangled name.
+    pub name: String,
+    /// Source file; empty when unknown.
+    pub file: String,
+    /// Line in `file`; 0 when unknown.
+    pub line: i64,
+}
+
+/// Symbolization of one address. `lines` is innermost first, the physical
+/// (non-inlined) function last, as pprof's `Location.line` wants; it is empty
+/// when the address could not be symbolized.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resolved {
+    pub lines: Vec<SymLine>,
+    /// Source locations (DWARF) were available, hence also inlining information.
+    pub debug_info: bool,
+}
+
+/// Symbolizes `(addr, return_address)` pairs in `pid`'s address space (`pid <= 0`:
+/// this process). A return address is looked up at `addr - 1` so that it
+/// lands inside the call instruction. The result has one entry per input.
+pub fn symbolize(pid: i32, addrs: &[(u64, bool)]) -> Vec<Resolved> {
+    let lookup: Vec<u64> = addrs
+        .iter()
+        .map(|&(a, ret)| if ret { a.saturating_sub(1) } else { a })
+        .collect();
+    let pid = if pid <= 0 || pid as u32 == std::process::id() {
+        Pid::Slf
+    } else {
+        Pid::from(pid as u32)
+    };
+    let symbolizer = Symbolizer::builder()
+        .enable_inlined_fns(true)
+        .enable_code_info(true)
+        .enable_demangling(true)
+        .build();
+    // Paths named in /proc/<pid>/maps first: opening /proc/<pid>/map_files/*
+    // needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE), even for oneself.
+    let mut out = run(&symbolizer, pid, false, &lookup);
+    // Then map_files for what is left (deleted files, other mount namespaces).
+    let unknown: Vec<usize> = (0..out.len())
+        .filter(|&i| out[i].lines.is_empty())
+        .collect();
+    if !unknown.is_empty() {
+        let retry: Vec<u64> = unknown.iter().map(|&i| lookup[i]).collect();
+        for (i, r) in unknown.into_iter().zip(run(&symbolizer, pid, true, &retry)) {
+            out[i] = r;
+        }
+    }
+    drop(symbolizer);
+    release_free_heap();
+    out
+}
+
+/// Returns free malloc memory to the kernel (glibc only; elsewhere a no-op).
+fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and trims the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// One blazesym pass; all unknown if it fails as a whole.
+fn run(symbolizer: &Symbolizer, pid: Pid, map_files: bool, addrs: &[u64]) -> Vec<Resolved> {
+    let mut process = Process::new(pid);
+    process.map_files = map_files;
+    match symbolizer.symbolize(&Source::Process(process), Input::AbsAddr(addrs)) {
+        Ok(syms) => syms.iter().map(resolve).collect(),
+        Err(_) => vec![Resolved::default(); addrs.len()],
+    }
+}
+
+fn resolve(s: &Symbolized<'_>) -> Resolved {
+    let Some(sym) = s.as_sym() else {
+        return Resolved::default();
+    };
+    // blazesym lists inlined functions outermost first, each with the location
+    // inside that function; `sym.code_info` is the location inside `sym`.
+    let mut lines: Vec<SymLine> = sym
+        .inlined
+        .iter()
+        .rev()
+        .map(|f| line(&f.name, f.code_info.as_ref()))
+        .collect();
+    lines.push(line(&sym.name, sym.code_info.as_deref()));
+    Resolved {
+        lines,
+        debug_info: sym.code_info.is_some(),
+    }
+}
+
+fn line(name: &str, info: Option<&CodeInfo<'_>>) -> SymLine {
+    SymLine {
+        name: name.to_string(),
+        file: info
+            .map(|c| c.to_path().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        line: info.and_then(|c| c.line).map_or(0, i64::from),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn marker_fn() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    #[test]
+    fn symbolizes_own_function() {
+        let a = marker_fn as fn() -> u64 as usize as u64;
+        let r = symbolize(0, &[(a, false), (a + 1, true), (8, false)]);
+        assert_eq!(r.len(), 3);
+        assert!(
+            r[0].lines.last().unwrap().name.contains("marker_fn"),
+            "{:?}",
+            r[0]
+        );
+        assert!(
+            r[1].lines.last().unwrap().name.contains("marker_fn"),
+            "{:?}",
+            r[1]
+        );
+        assert!(r[2].lines.is_empty());
+    }
+}
