@@ -71,7 +71,11 @@ fn stack_rlimit() -> usize {
 pub fn register_current() -> Option<(usize, &'static Record)> {
     let reg = Registry::get()?;
     let _blocked = SignalBlock::all();
-    let (idx, rec) = reg.claim_current(Path::ThreadStart)?;
+    // Outside any handler the pool may grow on the spot: a burst of new
+    // threads can outrun the collector's recycling of exited ones.
+    let (idx, rec) = reg
+        .claim_current(Path::ThreadStart)
+        .or_else(|| (reg.grow_now() && reg.claim_current(Path::ThreadStart).is_some()).then(|| reg.current()).flatten())?;
     if rec.stack_hi.load(Acquire) == 0 {
         if let Some((lo, hi)) = current_stack_bounds() {
             rec.stack_lo.store(lo, Relaxed);

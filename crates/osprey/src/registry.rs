@@ -206,6 +206,11 @@ impl Registry {
         }
     }
 
+    /// Adds a segment now if growth is allowed. Not signal-safe.
+    pub fn grow_now(&self) -> bool {
+        self.growable && self.add_segment().unwrap_or(false)
+    }
+
     /// Number of records mapped so far (upper bound of indices in use).
     #[inline]
     pub fn capacity(&self) -> usize {
