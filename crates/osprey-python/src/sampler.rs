@@ -191,6 +191,9 @@ impl Sampler {
             let holds = gils.iter().any(|g| g.1 && g.2 == tstate);
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
             let state = classify(holds, k.state, sys, &ranges);
+            if state == "blocked" && std::env::var_os("OSPREY_PY_DEBUG").is_some() {
+                eprintln!("blocked: tid {tid} kstate {} sys {sys:x?} gils {ranges:x?}", k.state);
+            }
             let on_cpu = if holds { k.state == 'R' } else { sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R') };
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);

@@ -250,8 +250,7 @@ impl CodeCache {
     }
 }
 
-/// Pointer to the innermost frame of `tstate`, and (for torn detection) the
-/// leaf's instruction field.
+/// Pointer to the innermost frame of `tstate`.
 fn top_frame(t: &Target, tstate: u64) -> io::Result<u64> {
     let l = &t.layout;
     let f = t.mem.u64(tstate + l.tstate_frame)?;
@@ -268,7 +267,7 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<(Vec<Fram
     let top = top_frame(t, tstate)?;
     let mut frames = Vec::new();
     let mut f = top;
-    let mut leaf_instr = 0;
+    let mut leaf_code = 0;
     let mut depth = 0;
     while f != 0 {
         depth += 1;
@@ -280,7 +279,7 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<(Vec<Fram
         let prev = rd_u64(&b, l.frame_previous as usize);
         let instr_raw = rd_u64(&b, l.frame_instr as usize);
         if depth == 1 {
-            leaf_instr = instr_raw;
+            leaf_code = code;
         }
         let owner = l.frame_owner.map(|o| b[o as usize]);
         f = prev;
@@ -307,7 +306,7 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<(Vec<Fram
         let line = e.lines.line(addr.clamp(0, u32::MAX as i64) as u32);
         frames.push(Frame::Function { name: e.name.clone(), file: e.file.clone(), line: line as i64 });
     }
-    Ok((frames, top, leaf_instr))
+    Ok((frames, top, leaf_code))
 }
 
 /// Outcome of reading one stack.
@@ -318,28 +317,22 @@ pub enum StackRead {
 }
 
 /// Reads the stack of `tstate`, re-reading when the chain changed while it
-/// was read (checked by re-reading the top frame and its instruction).
+/// was read: checked by re-reading the top frame pointer and the top frame's
+/// code object (a return then a call can reuse the frame's address). The
+/// leaf's instruction moving on within the same frame is not a torn stack.
 pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut u64) -> io::Result<StackRead> {
     for attempt in 0..3 {
         if attempt > 0 {
             *retries += 1;
         }
         match walk_once(t, cache, tstate) {
-            Ok((frames, top, leaf_instr)) => {
+            Ok((frames, top, leaf_code)) => {
                 let top2 = top_frame(t, tstate)?;
                 if top2 != top {
                     continue;
                 }
-                if top != 0 {
-                    let l = &t.layout;
-                    let instr2 = t.mem.u64(top + l.frame_instr)?;
-                    let same = match l.instr_kind {
-                        InstrKind::Pointer => instr2 == leaf_instr,
-                        _ => instr2 as u32 == leaf_instr as u32,
-                    };
-                    if !same {
-                        continue;
-                    }
+                if top != 0 && t.mem.u64(top + t.layout.frame_code)? != leaf_code {
+                    continue;
                 }
                 return Ok(StackRead::Ok(frames));
             }
