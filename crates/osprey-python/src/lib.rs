@@ -180,6 +180,7 @@ pub fn attach_with_sink(
     let hz = opts.hz.clamp(1, 10_000);
     let interval = Duration::from_nanos(1_000_000_000 / hz as u64);
     let interval_ns = interval.as_nanos() as i64;
+    sampler.interval_ns = interval_ns;
     let mut agg = Aggregator::new(pid, interval_ns, &sampler);
     let mut next = Instant::now();
     let mut last_flush = Instant::now();
@@ -269,9 +270,7 @@ impl Aggregator {
             ];
             let v = self.map.entry((s.frames.clone(), labels)).or_insert([0; 3]);
             v[0] += 1;
-            if s.on_cpu {
-                v[1] += wall_ns;
-            }
+            v[1] += s.cpu_ns;
             v[2] += wall_ns;
         }
     }

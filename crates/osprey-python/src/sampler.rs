@@ -18,6 +18,8 @@ pub struct ThreadSample {
     pub name: String,
     pub state: &'static str,
     pub on_cpu: bool,
+    /// CPU time attributed to this sample (0 unless on CPU).
+    pub cpu_ns: i64,
     pub tstate: u64,
     pub frames: Vec<Frame>,
 }
@@ -40,6 +42,20 @@ pub struct Sampler {
     tids: Vec<i32>,
     tids_at: Option<Instant>,
     pub stats: Stats,
+    /// Process CPU clock at the previous pass, and when.
+    last_cpu: Option<(i64, std::time::Instant)>,
+    /// Nominal sampling interval (set by the caller; default 10 ms).
+    pub interval_ns: i64,
+}
+
+/// CPU time of the whole process (ns), from its process CPU clock
+/// (`clock_gettime` on MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)).
+pub fn process_cpu_ns(pid: i32) -> Option<i64> {
+    let clock = ((!(pid as libc::clockid_t)) << 3) | 2;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes into `ts`.
+    let r = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (r == 0).then(|| ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64)
 }
 
 /// The process is gone (exited, or became a zombie).
@@ -81,6 +97,8 @@ impl Sampler {
             tids: Vec::new(),
             tids_at: None,
             stats: Stats::default(),
+            last_cpu: None,
+            interval_ns: 10_000_000,
         })
     }
 
@@ -154,6 +172,8 @@ impl Sampler {
     pub fn sample(&mut self) -> Result<Vec<ThreadSample>, Gone> {
         self.refresh_tids()?;
         self.stats.passes += 1;
+        let now = Instant::now();
+        let cpu_now = process_cpu_ns(self.target.pid);
         let gils = self.gils();
         let ranges: Vec<(u64, u64)> = gils.iter().map(|g| g.0).collect();
         let pid = self.target.pid;
@@ -197,8 +217,24 @@ impl Sampler {
             let on_cpu = if holds { k.state == 'R' } else { sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R') };
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);
-            out.push(ThreadSample { tid, name: k.name, state, on_cpu, tstate, frames });
+            out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns: 0, tstate, frames });
         }
+        // CPU since the previous pass, shared by the threads on CPU now
+        // (exact for one running thread; an approximation for several).
+        // Capped at twice the nominal interval: after the sampler itself was
+        // held off the CPU, the CPU of the whole gap would otherwise land on
+        // whatever stack is current at the end of it.
+        if let (Some(cpu), Some((prev_cpu, prev_t))) = (cpu_now, self.last_cpu) {
+            let wall = (now.duration_since(prev_t).as_nanos() as i64).min(2 * self.interval_ns);
+            let n = out.iter().filter(|s| s.on_cpu).count() as i64;
+            if n > 0 {
+                let each = ((cpu - prev_cpu).max(0) / n).min(wall);
+                for s in out.iter_mut().filter(|s| s.on_cpu) {
+                    s.cpu_ns = each;
+                }
+            }
+        }
+        self.last_cpu = cpu_now.map(|c| (c, now));
         Ok(out)
     }
 }
