@@ -68,6 +68,14 @@ fn process_alive(pid: i32) -> bool {
     }
 }
 
+/// Is `pid` a child of this process?
+fn is_our_child(pid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some(close) = s.rfind(')') else { return false };
+    let ppid: Option<i32> = s[close + 1..].split_ascii_whitespace().nth(1).and_then(|p| p.parse().ok());
+    ppid == Some(std::process::id() as i32)
+}
+
 impl Sampler {
     pub fn new(target: Target, method: Option<Method>) -> Result<Sampler, Error> {
         if let Some(m) = method {
@@ -88,9 +96,13 @@ impl Sampler {
                 )));
             }
         }
+        let mut disc = Discovery::default();
+        if method.is_none() && target.layout.tstate_native_thread_id.is_some() && is_our_child(target.pid) {
+            disc.no_ptrace = true;
+        }
         Ok(Sampler {
             target,
-            disc: Discovery::default(),
+            disc,
             codes: CodeCache::default(),
             procs: ProcFiles::default(),
             method,

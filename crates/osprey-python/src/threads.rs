@@ -121,6 +121,10 @@ pub struct Discovery {
     pub last_list: Vec<TstateInfo>,
     pub ptrace_errors: u64,
     pub last_ptrace_error: Option<String>,
+    /// Combined mode only: skip TLS/TSS (which need a ptrace interrupt per
+    /// thread) and use the cache. Set for 3.11+ targets that are our own
+    /// children, whose ptrace stops a concurrent waitpid() could consume.
+    pub no_ptrace: bool,
 }
 
 impl Discovery {
@@ -277,6 +281,9 @@ impl Discovery {
             Some(Method::Lists) => self.via_lists(t, tid),
             Some(Method::Cache) => self.via_cache(t, tid),
             None => {
+                if self.no_ptrace {
+                    return self.via_cache(t, tid);
+                }
                 if t.tls.is_some() {
                     if let Ok(v) = self.via_tls(t, tid) {
                         if v != 0 {
