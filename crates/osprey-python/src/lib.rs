@@ -1,9 +1,303 @@
-//! STUB (being implemented on another branch).
+//! osprey-python: samples CPython processes from outside.
+//!
+//! The target is never stopped for sampling: memory is read with
+//! `process_vm_readv`, thread states from `/proc`. Each OS thread is mapped
+//! to its `PyThreadState` (TLS, TSS, interpreter lists, or a cache; see
+//! [`threads`]), its Python stack is walked (see [`stack`]) and labelled with
+//! a state (see [`state`]). Profiles are flushed every period in osprey's
+//! export format.
+
+pub mod decode;
+pub mod layout;
+pub mod process;
+pub mod sampler;
+pub mod stack;
+pub mod state;
+pub mod target;
+pub mod threads;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
-pub struct Options { pub hz: u32, pub period: Duration, pub out_dir: PathBuf, pub duration: Option<Duration>, pub method: Option<Method> }
-pub enum Method { Tls, Tss, Lists, Cache }
-pub struct Summary { pub samples: u64, pub files: Vec<PathBuf> }
-pub fn is_cpython_executable(_path: &Path) -> bool { false }
-pub fn attach(_pid: i32, _opts: &Options, _stop: &AtomicBool) -> Result<Summary, String> { Err("python sampling not implemented yet".into()) }
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use osprey::export::{Frame, Label, LabelValue, ProfileData, Sample};
+
+pub use sampler::{Sampler, ThreadSample};
+pub use target::{Target, Version};
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Samples per second per thread.
+    pub hz: u32,
+    /// Flush a profile file every `period`.
+    pub period: Duration,
+    pub out_dir: PathBuf,
+    /// Stop after this long (None: until `stop` or the process exits).
+    pub duration: Option<Duration>,
+    /// Force one thread-state discovery method (tests); None = combined.
+    pub method: Option<Method>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { hz: 100, period: Duration::from_secs(60), out_dir: PathBuf::from("."), duration: None, method: None }
+    }
+}
+
+/// Ways to find each OS thread's `PyThreadState`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// `_Py_tss_tstate` thread-local (3.12+); NULL for threads without the GIL.
+    Tls,
+    /// pthread thread-specific data under the gilstate `autoTSSkey`.
+    Tss,
+    /// Interpreter and thread lists from `_PyRuntime`.
+    Lists,
+    /// A thread -> tstate map refreshed from the lists.
+    Cache,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Thread samples recorded.
+    pub samples: u64,
+    /// Profile files written.
+    pub files: Vec<PathBuf>,
+    /// Stacks dropped because they changed while being read, on every retry.
+    pub torn: u64,
+    /// Stacks re-read because they changed while being read.
+    pub retries: u64,
+    /// Sampling passes requested by hz * elapsed time, and done.
+    pub passes_requested: u64,
+    pub passes_done: u64,
+    /// "3.12.1"
+    pub version: String,
+    pub threads_seen: usize,
+    pub flush_errors: Vec<String>,
+    /// Non-fatal problems worth telling the user (e.g. ptrace refused).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug)]
+pub enum Error {
+    NotCpython(String),
+    Unsupported(String),
+    Permission(String),
+    NoProcess(i32),
+    Io(io::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotCpython(m) => write!(f, "not a CPython process: {m}"),
+            Error::Unsupported(m) => write!(f, "unsupported Python: {m}"),
+            Error::Permission(m) => write!(f, "permission denied: {m}"),
+            Error::NoProcess(pid) => write!(f, "no process with pid {pid} (it may have exited)"),
+            Error::Io(e) => write!(f, "I/O error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+/// Is `path` a CPython interpreter executable? Looks at the ELF file: a
+/// `libpython3` NEEDED entry, or CPython's own symbols (static builds).
+pub fn is_cpython_executable(path: &Path) -> bool {
+    let Ok(info) = process::elf_info(path, &["Py_BytesMain"]) else { return false };
+    info.dynstr_needs_libpython || info.defines_python
+}
+
+/// Does process `pid` run CPython (a libpython3 mapping, or an executable
+/// that is a CPython interpreter)?
+pub fn is_cpython_process(pid: i32) -> bool {
+    if let Ok(maps) = process::read_maps(pid) {
+        if maps.iter().any(|m| process::is_libpython_name(m.path.rsplit('/').next().unwrap_or(""))) {
+            return true;
+        }
+    }
+    match process::exe_path(pid) {
+        Ok(exe) => is_cpython_executable(&process::target_path(pid, exe.trim_end_matches(" (deleted)"))),
+        Err(_) => false,
+    }
+}
+
+/// Opens the target, waiting briefly for a process that was just started
+/// (its loader may not have mapped libpython yet, or it may not have
+/// exec'd the interpreter yet).
+pub fn open_target(pid: i32) -> Result<Target, Error> {
+    let start = Instant::now();
+    let me = std::fs::read_link("/proc/self/exe").ok();
+    loop {
+        match Target::open(pid) {
+            Ok(t) => return Ok(t),
+            Err(e @ Error::NotCpython(_)) | Err(e @ Error::Unsupported(_)) => {
+                let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+                let young = exe.is_some() && (exe == me || is_cpython_process(pid));
+                if !young || start.elapsed() > Duration::from_secs(3) {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Samples `pid` until `stop`, `opts.duration` or the process exits,
+/// writing a profile every `opts.period` and at the end.
+pub fn attach(pid: i32, opts: &Options, stop: &AtomicBool) -> Result<Summary, Error> {
+    let dir = opts.out_dir.clone();
+    attach_with_sink(pid, opts, stop, &mut |data| osprey::export::write_profile(&dir, data).map(Some))
+}
+
+/// [`attach`] with the flushed profiles handed to `sink` (which returns the
+/// file it wrote, if any).
+pub fn attach_with_sink(
+    pid: i32,
+    opts: &Options,
+    stop: &AtomicBool,
+    sink: &mut dyn FnMut(&ProfileData) -> io::Result<Option<PathBuf>>,
+) -> Result<Summary, Error> {
+    let target = open_target(pid)?;
+    let mut summary = Summary { version: target.version.to_string(), ..Default::default() };
+    if let Some(e) = &target.pthread_error {
+        summary.warnings.push(format!("TSS method unavailable: {e}"));
+    }
+    let mut sampler = Sampler::new(target, opts.method)?;
+    let started = Instant::now();
+    sampler.wait_initialized(Duration::from_secs(5));
+
+    let hz = opts.hz.clamp(1, 10_000);
+    let interval = Duration::from_nanos(1_000_000_000 / hz as u64);
+    let interval_ns = interval.as_nanos() as i64;
+    sampler.interval_ns = interval_ns;
+    let mut agg = Aggregator::new(pid, interval_ns, &sampler);
+    let mut next = Instant::now();
+    let mut last_flush = Instant::now();
+    let loop_start = Instant::now();
+    let mut flush = |agg: &mut Aggregator, summary: &mut Summary| {
+        let data = agg.take();
+        if data.samples.is_empty() {
+            return;
+        }
+        match sink(&data) {
+            Ok(Some(p)) => summary.files.push(p),
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("osprey-python: writing profile failed: {e}");
+                summary.flush_errors.push(e.to_string());
+            }
+        }
+    };
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if opts.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        match sampler.sample() {
+            Ok(samples) => agg.add(&samples, interval_ns),
+            Err(sampler::Gone) => break,
+        }
+        summary.passes_done += 1;
+        if last_flush.elapsed() >= opts.period {
+            flush(&mut agg, &mut summary);
+            last_flush = Instant::now();
+        }
+        next += interval;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        } else if now - next > interval * 4 {
+            // Fell behind (the machine is busy): skip, don't burst.
+            next = now;
+        }
+    }
+    flush(&mut agg, &mut summary);
+    summary.passes_requested = (loop_start.elapsed().as_secs_f64() * hz as f64).round() as u64;
+    summary.samples = sampler.stats.samples;
+    summary.torn = sampler.stats.torn;
+    summary.retries = sampler.stats.retries;
+    summary.threads_seen = sampler.stats.threads_seen.len();
+    if let Some(e) = &sampler.disc.last_ptrace_error {
+        summary.warnings.push(format!("{} ptrace failures (last: {e}); fell back to the thread lists", sampler.disc.ptrace_errors));
+    }
+    Ok(summary)
+}
+
+/// Samples aggregated by (stack, labels) until flushed.
+pub struct Aggregator {
+    pid: i32,
+    interval_ns: i64,
+    comments: Vec<String>,
+    window_start: SystemTime,
+    window_instant: Instant,
+    map: HashMap<(Vec<Frame>, Vec<Label>), [i64; 3]>,
+}
+
+impl Aggregator {
+    pub fn new(pid: i32, interval_ns: i64, s: &Sampler) -> Self {
+        Aggregator {
+            pid,
+            interval_ns,
+            comments: vec![
+                format!("python {}", s.target.version),
+                format!("osprey-python method {:?}", s.method.map(|m| format!("{m:?}")).unwrap_or("combined".into())),
+            ],
+            window_start: SystemTime::now(),
+            window_instant: Instant::now(),
+            map: HashMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, samples: &[ThreadSample], wall_ns: i64) {
+        for s in samples {
+            let labels = vec![
+                Label { key: "thread id".into(), value: LabelValue::Num(s.tid as i64) },
+                Label { key: "thread name".into(), value: LabelValue::Str(s.name.clone()) },
+                Label { key: "state".into(), value: LabelValue::Str(s.state.to_string()) },
+            ];
+            let v = self.map.entry((s.frames.clone(), labels)).or_insert([0; 3]);
+            v[0] += 1;
+            v[1] += s.cpu_ns;
+            v[2] += wall_ns;
+        }
+    }
+
+    /// The window's profile; starts a new window.
+    pub fn take(&mut self) -> ProfileData {
+        let samples = self
+            .map
+            .drain()
+            .map(|((frames, labels), v)| Sample { frames, values: v.to_vec(), labels })
+            .collect();
+        let start_ns = self.window_start.duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+        let data = ProfileData {
+            pid: self.pid,
+            sample_types: vec![
+                ("samples".into(), "count".into()),
+                ("cpu".into(), "nanoseconds".into()),
+                ("wall".into(), "nanoseconds".into()),
+            ],
+            period: ("wall".into(), "nanoseconds".into(), self.interval_ns),
+            start_realtime_ns: start_ns,
+            duration_ns: self.window_instant.elapsed().as_nanos() as i64,
+            samples,
+            comments: self.comments.clone(),
+        };
+        self.window_start = SystemTime::now();
+        self.window_instant = Instant::now();
+        data
+    }
+}

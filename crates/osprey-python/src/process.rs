@@ -1,0 +1,278 @@
+//! Reading another process: memory (`process_vm_readv`, never stopping it),
+//! `/proc/PID/maps`, and ELF symbols of its modules with their load bias.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+/// Memory of a process, read with `process_vm_readv`.
+#[derive(Clone, Copy, Debug)]
+pub struct Mem {
+    pub pid: i32,
+}
+
+impl Mem {
+    pub fn new(pid: i32) -> Self {
+        Mem { pid }
+    }
+
+    /// Reads exactly `buf.len()` bytes at `addr`.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if addr == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "read at NULL"));
+        }
+        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: `local` describes `buf`, which we own mutably; the remote
+        // iovec is only interpreted by the kernel in the other process.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n as usize != buf.len() {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "short remote read"));
+        }
+        Ok(())
+    }
+
+    pub fn read_vec(&self, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut v = vec![0u8; len];
+        self.read(addr, &mut v)?;
+        Ok(v)
+    }
+
+    pub fn u64(&self, addr: u64) -> io::Result<u64> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    pub fn u32(&self, addr: u64) -> io::Result<u32> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    pub fn i32(&self, addr: u64) -> io::Result<i32> {
+        Ok(self.u32(addr)? as i32)
+    }
+
+    /// A NUL-terminated string of at most `max` bytes.
+    pub fn cstr(&self, addr: u64, max: usize) -> io::Result<String> {
+        let mut out = Vec::new();
+        let mut a = addr;
+        while out.len() < max {
+            // Read in small chunks that never cross a page boundary.
+            let room = (4096 - (a % 4096)) as usize;
+            let n = room.min(64).min(max - out.len());
+            let chunk = self.read_vec(a, n)?;
+            if let Some(z) = chunk.iter().position(|&c| c == 0) {
+                out.extend_from_slice(&chunk[..z]);
+                return Ok(String::from_utf8_lossy(&out).into_owned());
+            }
+            out.extend_from_slice(&chunk);
+            a += n as u64;
+        }
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+}
+
+pub fn rd_u64(b: &[u8], off: usize) -> u64 {
+    b.get(off..off + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap())).unwrap_or(0)
+}
+pub fn rd_u32(b: &[u8], off: usize) -> u32 {
+    b.get(off..off + 4).map(|s| u32::from_le_bytes(s.try_into().unwrap())).unwrap_or(0)
+}
+
+/// One line of `/proc/PID/maps`.
+#[derive(Clone, Debug)]
+pub struct MapEntry {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub offset: u64,
+    pub path: String,
+}
+
+pub fn read_maps(pid: i32) -> io::Result<Vec<MapEntry>> {
+    let text = fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(parse_maps(&text))
+}
+
+pub fn parse_maps(text: &str) -> Vec<MapEntry> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut it = line.split_ascii_whitespace();
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let path = it.collect::<Vec<_>>().join(" ");
+        let Some((s, e)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end), Ok(offset)) =
+            (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
+        else {
+            continue;
+        };
+        out.push(MapEntry { start, end, perms: perms.to_string(), offset, path });
+    }
+    out
+}
+
+/// Is `name` (a file name, not a path) a CPython shared library?
+pub fn is_libpython_name(name: &str) -> bool {
+    name.starts_with("libpython3") && name.contains(".so")
+}
+
+/// An ELF module mapped into the target, with the symbols osprey asked for.
+#[derive(Debug, Clone)]
+pub struct Module {
+    pub path: String,
+    /// runtime address = file virtual address + bias
+    pub bias: u64,
+    pub start: u64,
+    pub end: u64,
+    /// name -> (runtime address, size)
+    pub symbols: HashMap<String, (u64, u64)>,
+    pub dynstr_needs_libpython: bool,
+}
+
+impl Module {
+    pub fn sym(&self, name: &str) -> Option<u64> {
+        self.symbols.get(name).map(|s| s.0)
+    }
+    pub fn sym_size(&self, name: &str) -> Option<(u64, u64)> {
+        self.symbols.get(name).copied()
+    }
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start && addr < self.end
+    }
+}
+
+/// Path under which the target's file can be opened from here (handles
+/// other mount namespaces through /proc/PID/root).
+pub fn target_path(pid: i32, path: &str) -> PathBuf {
+    let p = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    if p.exists() {
+        p
+    } else {
+        PathBuf::from(path)
+    }
+}
+
+/// Symbols of an ELF file: name -> (file vaddr, size) for the `wanted` names
+/// (all names if `wanted` is empty), plus the first PT_LOAD vaddr.
+pub struct ElfInfo {
+    pub symbols: HashMap<String, (u64, u64)>,
+    pub first_load_vaddr: u64,
+    pub dynstr_needs_libpython: bool,
+    pub defines_python: bool,
+}
+
+pub fn elf_info(path: &Path, wanted: &[&str]) -> io::Result<ElfInfo> {
+    let data = fs::read(path)?;
+    let file = object::File::parse(&*data)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
+    let mut symbols = HashMap::new();
+    let mut defines_python = false;
+    for sym in file.dynamic_symbols().chain(file.symbols()) {
+        let Ok(name) = sym.name() else { continue };
+        if sym.is_undefined() {
+            continue;
+        }
+        if matches!(name, "Py_BytesMain" | "Py_Initialize" | "_PyRuntime" | "PyEval_EvalCode") {
+            defines_python = true;
+        }
+        if (wanted.is_empty() || wanted.contains(&name)) && !symbols.contains_key(name) {
+            symbols.insert(name.to_string(), (sym.address(), sym.size()));
+        }
+    }
+    let first_load_vaddr = file.segments().map(|s| s.address()).min().unwrap_or(0);
+    let dynstr_needs_libpython = {
+        use object::ObjectSection;
+        file.section_by_name(".dynstr")
+            .and_then(|s| s.data().ok())
+            .map(|d| d.split(|&c| c == 0).any(|n| n.starts_with(b"libpython3")))
+            .unwrap_or(false)
+    };
+    Ok(ElfInfo { symbols, first_load_vaddr, dynstr_needs_libpython, defines_python })
+}
+
+/// Loads module `path` as mapped in `maps`, with the `wanted` symbols.
+pub fn load_module(pid: i32, maps: &[MapEntry], path: &str, wanted: &[&str]) -> io::Result<Module> {
+    let entries: Vec<&MapEntry> = maps.iter().filter(|m| m.path == path).collect();
+    let first = entries
+        .iter()
+        .filter(|m| m.offset == 0)
+        .map(|m| m.start)
+        .min()
+        .or_else(|| entries.iter().map(|m| m.start - m.offset).min())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{path} not mapped")))?;
+    let start = entries.iter().map(|m| m.start).min().unwrap_or(first);
+    let end = entries.iter().map(|m| m.end).max().unwrap_or(first);
+    let info = elf_info(&target_path(pid, path), wanted)?;
+    let bias = first.wrapping_sub(info.first_load_vaddr & !0xfff);
+    let symbols = info
+        .symbols
+        .into_iter()
+        .map(|(k, (a, s))| (k, (a.wrapping_add(bias), s)))
+        .collect();
+    Ok(Module {
+        path: path.to_string(),
+        bias,
+        start,
+        end,
+        symbols,
+        dynstr_needs_libpython: info.dynstr_needs_libpython,
+    })
+}
+
+/// Executable path of the process.
+pub fn exe_path(pid: i32) -> io::Result<String> {
+    Ok(fs::read_link(format!("/proc/{pid}/exe"))?.to_string_lossy().into_owned())
+}
+
+/// Thread ids of the process.
+pub fn list_tids(pid: i32) -> io::Result<Vec<i32>> {
+    let mut v: Vec<i32> = fs::read_dir(format!("/proc/{pid}/task"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_parse() {
+        let m = parse_maps(
+            "7f00-7f10 r-xp 00001000 08:01 123  /usr/lib/libpython3.12.so.1.0\n\
+             7f20-7f30 rw-p 00000000 00:00 0 \n",
+        );
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].start, 0x7f00);
+        assert_eq!(m[0].offset, 0x1000);
+        assert_eq!(m[0].path, "/usr/lib/libpython3.12.so.1.0");
+        assert_eq!(m[1].path, "");
+        assert!(is_libpython_name("libpython3.12.so.1.0"));
+        assert!(!is_libpython_name("libpython2.7.so.1.0"));
+    }
+
+    #[test]
+    fn read_self() {
+        let x: u64 = 0x1122334455667788;
+        let mem = Mem::new(std::process::id() as i32);
+        assert_eq!(mem.u64(&x as *const u64 as u64).unwrap(), x);
+        let s = b"hello\0world";
+        assert_eq!(mem.cstr(s.as_ptr() as u64, 100).unwrap(), "hello");
+    }
+}

@@ -1,0 +1,252 @@
+//! One sampling pass over all threads of the target.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use osprey::export::Frame;
+
+use crate::stack::{read_stack, CodeCache, StackRead};
+use crate::state::{classify, ProcFiles, Sys};
+use crate::target::Target;
+use crate::threads::Discovery;
+use crate::{Error, Method};
+
+/// One thread's sample.
+#[derive(Clone, Debug)]
+pub struct ThreadSample {
+    pub tid: i32,
+    pub name: String,
+    pub state: &'static str,
+    pub on_cpu: bool,
+    /// CPU time attributed to this sample (0 unless on CPU).
+    pub cpu_ns: i64,
+    pub tstate: u64,
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Default, Clone, Debug)]
+pub struct Stats {
+    pub passes: u64,
+    pub samples: u64,
+    pub torn: u64,
+    pub retries: u64,
+    pub threads_seen: HashSet<i32>,
+}
+
+pub struct Sampler {
+    pub target: Target,
+    pub disc: Discovery,
+    pub codes: CodeCache,
+    procs: ProcFiles,
+    pub method: Option<Method>,
+    tids: Vec<i32>,
+    tids_at: Option<Instant>,
+    pub stats: Stats,
+    /// Process CPU clock at the previous pass, and when.
+    last_cpu: Option<(i64, std::time::Instant)>,
+    /// Nominal sampling interval (set by the caller; default 10 ms).
+    pub interval_ns: i64,
+}
+
+/// CPU time of the whole process (ns), from its process CPU clock
+/// (`clock_gettime` on MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)).
+pub fn process_cpu_ns(pid: i32) -> Option<i64> {
+    let clock = ((!(pid as libc::clockid_t)) << 3) | 2;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes into `ts`.
+    let r = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (r == 0).then(|| ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64)
+}
+
+/// The process is gone (exited, or became a zombie).
+pub struct Gone;
+
+fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !matches!(crate::state::parse_stat(&s).map(|k| k.state), Some('Z') | Some('X') | None),
+        Err(_) => false,
+    }
+}
+
+/// Is `pid` a child of this process?
+fn is_our_child(pid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some(close) = s.rfind(')') else { return false };
+    let ppid: Option<i32> = s[close + 1..].split_ascii_whitespace().nth(1).and_then(|p| p.parse().ok());
+    ppid == Some(std::process::id() as i32)
+}
+
+impl Sampler {
+    pub fn new(target: Target, method: Option<Method>) -> Result<Sampler, Error> {
+        if let Some(m) = method {
+            let ok = match m {
+                Method::Tls => target.tls.is_some(),
+                Method::Tss => target.pthread.is_some(),
+                Method::Lists | Method::Cache => true,
+            };
+            if !ok {
+                let why = match m {
+                    Method::Tls => target.tls_error.clone(),
+                    _ => target.pthread_error.clone(),
+                };
+                return Err(Error::Unsupported(format!(
+                    "method {m:?} on CPython {}: {}",
+                    target.version,
+                    why.unwrap_or_default()
+                )));
+            }
+        }
+        let mut disc = Discovery::default();
+        if method.is_none() && target.layout.tstate_native_thread_id.is_some() && is_our_child(target.pid) {
+            disc.no_ptrace = true;
+        }
+        Ok(Sampler {
+            target,
+            disc,
+            codes: CodeCache::default(),
+            procs: ProcFiles::default(),
+            method,
+            tids: Vec::new(),
+            tids_at: None,
+            stats: Stats::default(),
+            last_cpu: None,
+            interval_ns: 10_000_000,
+        })
+    }
+
+    /// Waits (up to `timeout`) until the interpreter has a thread state.
+    pub fn wait_initialized(&self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            if let Ok(list) = crate::threads::list_tstates(&self.target) {
+                if !list.is_empty() {
+                    return true;
+                }
+            }
+            if start.elapsed() > timeout || !process_alive(self.target.pid) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn refresh_tids(&mut self) -> Result<(), Gone> {
+        if self.tids_at.is_some_and(|t| t.elapsed() < Duration::from_millis(50)) {
+            return Ok(());
+        }
+        let pid = self.target.pid;
+        if !process_alive(pid) {
+            return Err(Gone);
+        }
+        let tids = crate::process::list_tids(pid).map_err(|_| Gone)?;
+        if tids.is_empty() {
+            return Err(Gone);
+        }
+        self.disc.retain_threads(&tids);
+        self.procs.retain(&tids);
+        self.tids = tids;
+        self.tids_at = Some(Instant::now());
+        Ok(())
+    }
+
+    /// GILs: (address range of the GIL struct, locked, last holder).
+    pub fn gils(&self) -> Vec<((u64, u64), bool, u64)> {
+        let t = &self.target;
+        let l = &t.layout;
+        let mut addrs = Vec::new();
+        if let Some(off) = l.runtime_gil {
+            addrs.push(t.runtime + off);
+        } else if let Some(off) = l.interp_gil_ptr {
+            let mut interp = t.interp_head().unwrap_or(0);
+            let mut n = 0;
+            while interp != 0 && n < 64 {
+                n += 1;
+                if let Ok(g) = t.mem.u64(interp + off) {
+                    if g != 0 && !addrs.contains(&g) {
+                        addrs.push(g);
+                    }
+                }
+                interp = t.mem.u64(interp + l.interp_next).unwrap_or(0);
+            }
+        }
+        addrs
+            .into_iter()
+            .filter_map(|g| {
+                let b = t.mem.read_vec(g, (l.gil_locked.max(l.gil_last_holder) + 8) as usize).ok()?;
+                let locked = crate::process::rd_u32(&b, l.gil_locked as usize) as i32 > 0;
+                let holder = crate::process::rd_u64(&b, l.gil_last_holder as usize);
+                Some(((g, g + l.gil_size), locked, holder))
+            })
+            .collect()
+    }
+
+    /// Samples every thread once. `Err(Gone)` when the process has exited.
+    pub fn sample(&mut self) -> Result<Vec<ThreadSample>, Gone> {
+        self.refresh_tids()?;
+        self.stats.passes += 1;
+        let now = Instant::now();
+        let cpu_now = process_cpu_ns(self.target.pid);
+        let gils = self.gils();
+        let ranges: Vec<(u64, u64)> = gils.iter().map(|g| g.0).collect();
+        let pid = self.target.pid;
+        let mut out = Vec::with_capacity(self.tids.len());
+        let tids = self.tids.clone();
+        for tid in tids {
+            let tstate = match self.disc.find(&self.target, tid, self.method) {
+                Ok(ts) => ts,
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(Gone),
+                Err(_) => 0,
+            };
+            if tstate == 0 {
+                continue;
+            }
+            let k = match self.procs.kernel(pid, tid) {
+                Ok(k) => k,
+                Err(_) => {
+                    self.disc.forget_thread(tid);
+                    continue;
+                }
+            };
+            let frames = match read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries) {
+                Ok(StackRead::Ok(f)) => f,
+                Ok(StackRead::Torn) => {
+                    self.stats.torn += 1;
+                    continue;
+                }
+                Err(_) => {
+                    if !process_alive(pid) {
+                        return Err(Gone);
+                    }
+                    continue;
+                }
+            };
+            let holds = gils.iter().any(|g| g.1 && g.2 == tstate);
+            let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
+            let state = classify(holds, k.state, sys, &ranges);
+            if state == "blocked" && std::env::var_os("OSPREY_PY_DEBUG").is_some() {
+                eprintln!("blocked: tid {tid} kstate {} sys {sys:x?} gils {ranges:x?}", k.state);
+            }
+            let on_cpu = if holds { k.state == 'R' } else { sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R') };
+            self.stats.samples += 1;
+            self.stats.threads_seen.insert(tid);
+            out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns: 0, tstate, frames });
+        }
+        // CPU since the previous pass, shared by the threads on CPU now
+        // (exact for one running thread; an approximation for several).
+        // Capped at twice the nominal interval: after the sampler itself was
+        // held off the CPU, the CPU of the whole gap would otherwise land on
+        // whatever stack is current at the end of it.
+        if let (Some(cpu), Some((prev_cpu, prev_t))) = (cpu_now, self.last_cpu) {
+            let wall = (now.duration_since(prev_t).as_nanos() as i64).min(2 * self.interval_ns);
+            let n = out.iter().filter(|s| s.on_cpu).count() as i64;
+            if n > 0 {
+                let each = ((cpu - prev_cpu).max(0) / n).min(wall);
+                for s in out.iter_mut().filter(|s| s.on_cpu) {
+                    s.cpu_ns = each;
+                }
+            }
+        }
+        self.last_cpu = cpu_now.map(|c| (c, now));
+        Ok(out)
+    }
+}

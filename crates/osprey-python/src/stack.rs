@@ -1,0 +1,411 @@
+//! Python stacks: frame chains, code objects (cached, invalidated when an
+//! address is reused), strings and line tables of every supported version.
+
+use std::collections::HashMap;
+use std::io;
+
+use osprey::export::Frame;
+
+use crate::layout::{InstrKind, Layout, LineTable, FRAME_OWNED_BY_CSTACK};
+use crate::process::{rd_u32, rd_u64, Mem};
+use crate::target::Target;
+
+const MAX_DEPTH: usize = 512;
+
+/// Reads a `str` object.
+pub fn read_unicode(mem: &Mem, l: &Layout, addr: u64) -> io::Result<String> {
+    let hdr = mem.read_vec(addr, l.unicode_compact_size as usize)?;
+    let len = rd_u64(&hdr, 16) as usize;
+    let state = rd_u32(&hdr, l.unicode_state as usize);
+    let kind = (state >> 2) & 7;
+    let compact = (state >> 5) & 1 == 1;
+    let ascii = (state >> 6) & 1 == 1;
+    if len > 4096 || !compact {
+        return Err(io::Error::other("unsupported str"));
+    }
+    if ascii {
+        let b = mem.read_vec(addr + l.unicode_ascii_size, len)?;
+        return Ok(String::from_utf8_lossy(&b).into_owned());
+    }
+    let data = addr + l.unicode_compact_size;
+    let b = mem.read_vec(data, len * kind as usize)?;
+    let s: String = match kind {
+        1 => b.iter().map(|&c| c as char).collect(),
+        2 => b.chunks_exact(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32).unwrap_or('?')).collect(),
+        4 => b.chunks_exact(4).map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('?')).collect(),
+        _ => return Err(io::Error::other("bad str kind")),
+    };
+    Ok(s)
+}
+
+/// Reads a `bytes` object's content.
+pub fn read_bytes_obj(mem: &Mem, l: &Layout, addr: u64) -> io::Result<Vec<u8>> {
+    let size = mem.u64(addr + 16)? as usize;
+    if size > 1 << 20 {
+        return Err(io::Error::other("bytes too large"));
+    }
+    mem.read_vec(addr + l.bytes_sval, size)
+}
+
+/// Address ranges -> line, in the unit the frame reports (bytes for
+/// lnotab/3.10 tables, code units for 3.11+ tables).
+#[derive(Clone, Debug, Default)]
+pub struct LineRanges(Vec<(u32, u32, i32)>);
+
+impl LineRanges {
+    pub fn line(&self, addr: u32) -> i32 {
+        // Ranges are sorted and disjoint.
+        let i = self.0.partition_point(|r| r.1 <= addr);
+        match self.0.get(i) {
+            Some(&(s, _, line)) if s <= addr => line,
+            _ => self.0.last().map(|r| r.2).unwrap_or(-1),
+        }
+    }
+}
+
+/// co_lnotab (3.8, 3.9): (address increment, signed line increment) pairs.
+pub fn parse_lnotab(tab: &[u8], first: i32) -> LineRanges {
+    let mut out = Vec::new();
+    let mut line = first;
+    let mut addr: u32 = 0;
+    for p in tab.chunks_exact(2) {
+        let a = p[0] as u32;
+        if a != 0 {
+            out.push((addr, addr + a, line));
+            addr += a;
+        }
+        line += p[1] as i8 as i32;
+    }
+    out.push((addr, u32::MAX, line));
+    merge(out)
+}
+
+/// co_linetable of 3.10: (byte delta, signed line delta; -128 = no line).
+pub fn parse_linetable_310(tab: &[u8], first: i32) -> LineRanges {
+    let mut out = Vec::new();
+    let mut line = first;
+    let mut end: u32 = 0;
+    for p in tab.chunks_exact(2) {
+        let start = end;
+        end += p[0] as u32;
+        let ld = p[1] as i8;
+        let cur = if ld == -128 {
+            -1
+        } else {
+            line += ld as i32;
+            line
+        };
+        if end > start {
+            out.push((start, end, cur));
+        }
+    }
+    merge(out)
+}
+
+/// 3.11+ location table, in code units.
+pub fn parse_locations(tab: &[u8], first: i32) -> LineRanges {
+    let mut out = Vec::new();
+    let mut line = first;
+    let mut addr: u32 = 0;
+    let mut i = 0;
+    let varint = |i: &mut usize| -> u32 {
+        let mut v: u32 = 0;
+        let mut shift = 0;
+        while *i < tab.len() {
+            let b = tab[*i];
+            *i += 1;
+            v |= ((b & 63) as u32) << shift;
+            shift += 6;
+            if b & 64 == 0 || shift > 30 {
+                break;
+            }
+        }
+        v
+    };
+    let svarint = |i: &mut usize| -> i32 {
+        let u = varint(i);
+        if u & 1 == 1 {
+            -((u >> 1) as i32)
+        } else {
+            (u >> 1) as i32
+        }
+    };
+    while i < tab.len() {
+        let b = tab[i];
+        i += 1;
+        if b & 0x80 == 0 {
+            continue; // not at an entry start: resync
+        }
+        let code = (b >> 3) & 15;
+        let len = (b & 7) as u32 + 1;
+        let cur = match code {
+            15 => -1,
+            14 => {
+                line += svarint(&mut i);
+                varint(&mut i);
+                varint(&mut i);
+                varint(&mut i);
+                line
+            }
+            13 => {
+                line += svarint(&mut i);
+                line
+            }
+            10..=12 => {
+                line += (code - 10) as i32;
+                i += 2;
+                line
+            }
+            _ => {
+                i += 1;
+                line
+            }
+        };
+        out.push((addr, addr + len, cur));
+        addr += len;
+    }
+    merge(out)
+}
+
+fn merge(v: Vec<(u32, u32, i32)>) -> LineRanges {
+    let mut out: Vec<(u32, u32, i32)> = Vec::with_capacity(v.len());
+    for r in v {
+        if let Some(last) = out.last_mut() {
+            if last.2 == r.2 && last.1 == r.0 {
+                last.1 = r.1;
+                continue;
+            }
+        }
+        out.push(r);
+    }
+    LineRanges(out)
+}
+
+#[derive(Clone, Debug)]
+struct CodeEntry {
+    key: [u64; 5],
+    name: String,
+    file: String,
+    lines: LineRanges,
+}
+
+/// Code objects by address; an entry is reused only while the object at that
+/// address still has the same name, file, line table and first line.
+#[derive(Default)]
+pub struct CodeCache {
+    map: HashMap<u64, CodeEntry>,
+    pub misses: u64,
+}
+
+pub enum FrameErr {
+    /// The chain changed under us (or pointed to garbage): retry or drop.
+    Torn,
+    Io(io::Error),
+}
+
+impl From<io::Error> for FrameErr {
+    fn from(e: io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(libc::ESRCH) => FrameErr::Io(e),
+            _ => FrameErr::Torn,
+        }
+    }
+}
+
+impl CodeCache {
+    fn entry(&mut self, t: &Target, code: u64) -> Result<Option<&CodeEntry>, FrameErr> {
+        let l = &t.layout;
+        let b = t.mem.read_vec(code, l.code_size_to_read)?;
+        if let Some(ty) = t.code_type {
+            if rd_u64(&b, 8) != ty {
+                return Ok(None); // not a code object (3.13 shims), or torn
+            }
+        }
+        let key = [
+            rd_u64(&b, l.code_filename as usize),
+            rd_u64(&b, l.code_name as usize),
+            l.code_qualname.map(|o| rd_u64(&b, o as usize)).unwrap_or(0),
+            rd_u64(&b, l.code_linetable as usize),
+            rd_u32(&b, l.code_firstlineno as usize) as u64,
+        ];
+        let fresh = self.map.get(&code).is_some_and(|e| e.key == key);
+        if !fresh {
+            self.misses += 1;
+            let name_ptr = if key[2] != 0 { key[2] } else { key[1] };
+            let name = read_unicode(&t.mem, l, name_ptr)?;
+            let file = read_unicode(&t.mem, l, key[0])?;
+            let first = key[4] as i32;
+            let tab = read_bytes_obj(&t.mem, l, key[3])?;
+            let lines = match l.line_table {
+                LineTable::Lnotab => parse_lnotab(&tab, first),
+                LineTable::Linetable310 => parse_linetable_310(&tab, first),
+                LineTable::Locations => parse_locations(&tab, first),
+            };
+            if self.map.len() > 100_000 {
+                self.map.clear();
+            }
+            self.map.insert(code, CodeEntry { key, name, file, lines });
+        }
+        Ok(self.map.get(&code))
+    }
+}
+
+/// Pointer to the innermost frame of `tstate`.
+fn top_frame(t: &Target, tstate: u64) -> io::Result<u64> {
+    let l = &t.layout;
+    let f = t.mem.u64(tstate + l.tstate_frame)?;
+    match l.cframe_current_frame {
+        Some(o) if f != 0 => t.mem.u64(f + o),
+        Some(_) => Ok(0),
+        None => Ok(f),
+    }
+}
+
+/// Walks the stack of `tstate` once. Frames leaf first.
+fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<(Vec<Frame>, u64, u64), FrameErr> {
+    let l = &t.layout;
+    let top = top_frame(t, tstate)?;
+    let mut frames = Vec::new();
+    let mut f = top;
+    let mut leaf_code = 0;
+    let mut depth = 0;
+    while f != 0 {
+        depth += 1;
+        if depth > MAX_DEPTH {
+            return Err(FrameErr::Torn);
+        }
+        let b = t.mem.read_vec(f, l.frame_size_to_read)?;
+        let code = rd_u64(&b, l.frame_code as usize);
+        let prev = rd_u64(&b, l.frame_previous as usize);
+        let instr_raw = rd_u64(&b, l.frame_instr as usize);
+        if depth == 1 {
+            leaf_code = code;
+        }
+        let owner = l.frame_owner.map(|o| b[o as usize]);
+        f = prev;
+        if l.minor >= 12 && owner == Some(FRAME_OWNED_BY_CSTACK) {
+            continue;
+        }
+        if code == 0 {
+            return Err(FrameErr::Torn);
+        }
+        let Some(e) = cache.entry(t, code)? else {
+            if l.minor >= 13 {
+                continue;
+            }
+            return Err(FrameErr::Torn);
+        };
+        let addr: i64 = match l.instr_kind {
+            InstrKind::LastiBytes => (instr_raw as u32 as i32) as i64,
+            InstrKind::LastiUnits => (instr_raw as u32 as i32) as i64 * 2,
+            InstrKind::Pointer => {
+                let base = code + l.code_code_adaptive.unwrap_or(0);
+                (instr_raw as i64 - base as i64) / 2
+            }
+        };
+        let line = e.lines.line(addr.clamp(0, u32::MAX as i64) as u32);
+        frames.push(Frame::Function { name: e.name.clone(), file: e.file.clone(), line: line as i64 });
+    }
+    Ok((frames, top, leaf_code))
+}
+
+/// Outcome of reading one stack.
+pub enum StackRead {
+    Ok(Vec<Frame>),
+    /// Changed on every attempt: dropped.
+    Torn,
+}
+
+/// Reads the stack of `tstate`, re-reading when the chain changed while it
+/// was read: checked by re-reading the top frame pointer and the top frame's
+/// code object (a return then a call can reuse the frame's address). The
+/// leaf's instruction moving on within the same frame is not a torn stack.
+pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut u64) -> io::Result<StackRead> {
+    for attempt in 0..3 {
+        if attempt > 0 {
+            *retries += 1;
+        }
+        match walk_once(t, cache, tstate) {
+            Ok((frames, top, leaf_code)) => {
+                let top2 = top_frame(t, tstate)?;
+                if top2 != top {
+                    continue;
+                }
+                if top != 0 && t.mem.u64(top + t.layout.frame_code)? != leaf_code {
+                    continue;
+                }
+                return Ok(StackRead::Ok(frames));
+            }
+            Err(FrameErr::Torn) => continue,
+            Err(FrameErr::Io(e)) => return Err(e),
+        }
+    }
+    Ok(StackRead::Torn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lnotab() {
+        // first line 10; bytes 0..6 -> 10, 6..8 -> 11, 8.. -> 13
+        let r = parse_lnotab(&[6, 1, 2, 2], 10);
+        assert_eq!(r.line(0), 10);
+        assert_eq!(r.line(5), 10);
+        assert_eq!(r.line(6), 11);
+        assert_eq!(r.line(8), 13);
+        assert_eq!(r.line(100), 13);
+        // negative increments
+        let r = parse_lnotab(&[4, 3, 4, 0xfe], 1);
+        assert_eq!(r.line(0), 1);
+        assert_eq!(r.line(4), 4);
+        assert_eq!(r.line(8), 2);
+    }
+
+    #[test]
+    fn linetable_310() {
+        // (8 bytes, +0) line 5; (4 bytes, no line); (6 bytes, +2) line 7
+        let r = parse_linetable_310(&[8, 0, 4, 0x80, 6, 2], 5);
+        assert_eq!(r.line(0), 5);
+        assert_eq!(r.line(7), 5);
+        assert_eq!(r.line(8), -1);
+        assert_eq!(r.line(12), 7);
+        assert_eq!(r.line(17), 7);
+    }
+
+    #[test]
+    fn locations_311() {
+        // entry1: code 13 (no column), len 1, line delta +0 (svarint 0)
+        // entry2: code 11 (one line, +1), len 2, then 2 column bytes
+        // entry3: code 14 (long), len 3, line delta -1 (svarint 3), end delta 0, col 1, endcol 2
+        // entry4: code 15 (none), len 1
+        // entry5: code 0 (short), len 1, one byte
+        let tab = [
+            0x80 | (13 << 3),
+            0x00,
+            0x80 | (11 << 3) | 1,
+            4,
+            9,
+            0x80 | (14 << 3) | 2,
+            3,
+            0,
+            1,
+            2,
+            0x80 | (15 << 3),
+            0x80,
+            0x05,
+        ];
+        let r = parse_locations(&tab, 20);
+        assert_eq!(r.line(0), 20);
+        assert_eq!(r.line(1), 21);
+        assert_eq!(r.line(2), 21);
+        assert_eq!(r.line(3), 20);
+        assert_eq!(r.line(5), 20);
+        assert_eq!(r.line(6), -1);
+        assert_eq!(r.line(7), 20);
+        // varint with continuation: code 13, svarint 2*70=140 -> 0x40|12, 2
+        let r = parse_locations(&[0x80 | (13 << 3), 0x40 | 12, 2], 1);
+        assert_eq!(r.line(0), 71);
+    }
+}

@@ -1,0 +1,152 @@
+//! Thread states: what the kernel says (`/proc/PID/task/TID/stat` and
+//! `.../syscall`) combined with who holds the GIL.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+/// Kernel view of one thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelThread {
+    pub name: String,
+    /// 'R', 'S', 'D', 'T', 't', 'Z', ...
+    pub state: char,
+}
+
+/// Parses the start of `/proc/PID/task/TID/stat`: "tid (comm) S ...".
+pub fn parse_stat(s: &str) -> Option<KernelThread> {
+    let open = s.find('(')?;
+    let close = s.rfind(')')?;
+    let name = s.get(open + 1..close)?.to_string();
+    let state = s.get(close + 1..)?.trim_start().chars().next()?;
+    Some(KernelThread { name, state })
+}
+
+/// Parses `/proc/PID/task/TID/syscall`: "NR ARG1 ... SP PC", "running", or "-1 SP PC".
+pub fn parse_syscall(s: &str) -> Option<(i64, u64)> {
+    let mut it = s.split_ascii_whitespace();
+    let nr: i64 = it.next()?.parse().ok()?;
+    let a1 = it.next().and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok()).unwrap_or(0);
+    Some((nr, a1))
+}
+
+const SYS_FUTEX: i64 = 202;
+const SLEEP_SYSCALLS: &[i64] = &[
+    35,  // nanosleep
+    230, // clock_nanosleep
+    23,  // select
+    270, // pselect6
+    7,   // poll
+    271, // ppoll
+    232, // epoll_wait
+    281, // epoll_pwait
+    441, // epoll_pwait2
+    34,  // pause
+];
+
+/// Open /proc files per thread, re-read with pread.
+#[derive(Default)]
+pub struct ProcFiles {
+    stat: HashMap<i32, File>,
+    syscall: HashMap<i32, Option<File>>,
+    buf: Vec<u8>,
+}
+
+impl ProcFiles {
+    pub fn retain(&mut self, live: &[i32]) {
+        self.stat.retain(|k, _| live.contains(k));
+        self.syscall.retain(|k, _| live.contains(k));
+    }
+
+    fn pread(f: &File, buf: &mut Vec<u8>) -> io::Result<usize> {
+        buf.resize(512, 0);
+        f.read_at(buf, 0)
+    }
+
+    pub fn kernel(&mut self, pid: i32, tid: i32) -> io::Result<KernelThread> {
+        if !self.stat.contains_key(&tid) {
+            let f = File::open(format!("/proc/{pid}/task/{tid}/stat"))?;
+            self.stat.insert(tid, f);
+        }
+        let f = &self.stat[&tid];
+        let n = Self::pread(f, &mut self.buf)?;
+        let s = String::from_utf8_lossy(&self.buf[..n]);
+        parse_stat(&s).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad stat"))
+    }
+
+    /// What the thread is doing right now, from `/proc/.../syscall`.
+    pub fn syscall(&mut self, pid: i32, tid: i32) -> Sys {
+        let Some(f) = self
+            .syscall
+            .entry(tid)
+            .or_insert_with(|| File::open(format!("/proc/{pid}/task/{tid}/syscall")).ok())
+            .as_ref()
+        else {
+            return Sys::Unknown;
+        };
+        let Ok(n) = Self::pread(f, &mut self.buf) else { return Sys::Unknown };
+        let s = String::from_utf8_lossy(&self.buf[..n]);
+        if s.starts_with("running") {
+            return Sys::Running;
+        }
+        match parse_syscall(&s) {
+            Some((nr, a1)) => Sys::In(nr, a1),
+            None => Sys::Unknown,
+        }
+    }
+}
+
+/// A thread's activity per `/proc/PID/task/TID/syscall`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sys {
+    /// On a CPU or runnable.
+    Running,
+    /// Blocked in (syscall number, first argument); -1 = not in a syscall.
+    In(i64, u64),
+    Unknown,
+}
+
+/// State label of a sample: `running` (holds the GIL), `native` (on CPU
+/// without the GIL: C code such as zlib, or about to take the GIL),
+/// `waiting for gil` (blocked on the GIL's futexes), `sleeping` (blocked in a
+/// sleep/poll-like call), `blocked` (any other wait: locks, I/O, D state).
+pub fn classify(holds_gil: bool, kstate: char, sys: Sys, gil_ranges: &[(u64, u64)]) -> &'static str {
+    if holds_gil {
+        return "running";
+    }
+    if sys == Sys::Running || (sys == Sys::Unknown && kstate == 'R') {
+        return "native";
+    }
+    if let Sys::In(nr, a1) = sys {
+        if nr == SYS_FUTEX {
+            if gil_ranges.iter().any(|&(lo, hi)| a1 >= lo && a1 < hi) {
+                return "waiting for gil";
+            }
+        }
+        if kstate != 'D' && SLEEP_SYSCALLS.contains(&nr) {
+            return "sleeping";
+        }
+    }
+    "blocked"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn stat_and_syscall() {
+        let k = parse_stat("1234 (python3 (x)) S 1 2 3").unwrap();
+        assert_eq!(k.name, "python3 (x)");
+        assert_eq!(k.state, 'S');
+        assert_eq!(parse_syscall("202 0x7f00 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f12\n"), Some((202, 0x7f00)));
+        assert_eq!(parse_syscall("running\n"), None);
+        assert_eq!(classify(true, 'S', Sys::Unknown, &[]), "running");
+        assert_eq!(classify(false, 'R', Sys::Unknown, &[]), "native");
+        assert_eq!(classify(false, 'S', Sys::Running, &[]), "native");
+        assert_eq!(classify(false, 'S', Sys::In(202, 0x1010), &[(0x1000, 0x10d0)]), "waiting for gil");
+        assert_eq!(classify(false, 'S', Sys::In(202, 0x2000), &[(0x1000, 0x10d0)]), "blocked");
+        assert_eq!(classify(false, 'S', Sys::In(230, 0), &[]), "sleeping");
+        assert_eq!(classify(false, 'D', Sys::In(0, 3), &[]), "blocked");
+    }
+}

@@ -1,0 +1,88 @@
+/* Prints CPython struct offsets osprey-python relies on, computed by the C
+ * compiler from the interpreter's own headers. Used only by tests, to check
+ * the tables in src/layout.rs; the runtime never needs a compiler. */
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <stddef.h>
+#include <stdio.h>
+#if PY_VERSION_HEX >= 0x03090000
+#include "internal/pycore_runtime.h"
+#endif
+#include "internal/pycore_pystate.h"
+#if PY_VERSION_HEX >= 0x03090000
+#include "internal/pycore_interp.h"
+#endif
+#if PY_VERSION_HEX >= 0x030B0000
+#include "internal/pycore_frame.h"
+#include "internal/pycore_code.h"
+#endif
+#if PY_VERSION_HEX < 0x030B0000
+#include "frameobject.h"
+#endif
+
+#define P(name, val) printf("%s %ld\n", name, (long)(val))
+
+int main(void) {
+    P("runtime.interpreters_head", offsetof(_PyRuntimeState, interpreters.head));
+#if PY_VERSION_HEX >= 0x030C0000
+    P("runtime.autotsskey", offsetof(_PyRuntimeState, autoTSSkey));
+    P("interp.gil_ptr", offsetof(PyInterpreterState, ceval.gil));
+#else
+    P("runtime.autotsskey", offsetof(_PyRuntimeState, gilstate.autoTSSkey));
+    P("runtime.gil", offsetof(_PyRuntimeState, ceval.gil));
+#endif
+    P("gil.last_holder", offsetof(struct _gil_runtime_state, last_holder));
+    P("gil.locked", offsetof(struct _gil_runtime_state, locked));
+    P("gil.size", sizeof(struct _gil_runtime_state));
+    P("interp.next", offsetof(PyInterpreterState, next));
+#if PY_VERSION_HEX >= 0x030B0000
+    P("interp.tstate_head", offsetof(PyInterpreterState, threads.head));
+#else
+    P("interp.tstate_head", offsetof(PyInterpreterState, tstate_head));
+#endif
+    P("tstate.next", offsetof(PyThreadState, next));
+    P("tstate.interp", offsetof(PyThreadState, interp));
+    P("tstate.thread_id", offsetof(PyThreadState, thread_id));
+#if PY_VERSION_HEX >= 0x030B0000
+    P("tstate.native_thread_id", offsetof(PyThreadState, native_thread_id));
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    P("tstate.frame", offsetof(PyThreadState, current_frame));
+#elif PY_VERSION_HEX >= 0x030B0000
+    P("tstate.frame", offsetof(PyThreadState, cframe));
+    P("cframe.current_frame", offsetof(_PyCFrame, current_frame));
+#else
+    P("tstate.frame", offsetof(PyThreadState, frame));
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    P("frame.code", offsetof(_PyInterpreterFrame, f_executable));
+    P("frame.previous", offsetof(_PyInterpreterFrame, previous));
+    P("frame.instr", offsetof(_PyInterpreterFrame, instr_ptr));
+    P("frame.owner", offsetof(_PyInterpreterFrame, owner));
+#elif PY_VERSION_HEX >= 0x030B0000
+    P("frame.code", offsetof(_PyInterpreterFrame, f_code));
+    P("frame.previous", offsetof(_PyInterpreterFrame, previous));
+    P("frame.instr", offsetof(_PyInterpreterFrame, prev_instr));
+    P("frame.owner", offsetof(_PyInterpreterFrame, owner));
+#else
+    P("frame.code", offsetof(PyFrameObject, f_code));
+    P("frame.previous", offsetof(PyFrameObject, f_back));
+    P("frame.instr", offsetof(PyFrameObject, f_lasti));
+#endif
+    P("code.filename", offsetof(PyCodeObject, co_filename));
+    P("code.name", offsetof(PyCodeObject, co_name));
+#if PY_VERSION_HEX >= 0x030B0000
+    P("code.qualname", offsetof(PyCodeObject, co_qualname));
+    P("code.code_adaptive", offsetof(PyCodeObject, co_code_adaptive));
+#endif
+    P("code.firstlineno", offsetof(PyCodeObject, co_firstlineno));
+#if PY_VERSION_HEX >= 0x030A0000
+    P("code.linetable", offsetof(PyCodeObject, co_linetable));
+#else
+    P("code.linetable", offsetof(PyCodeObject, co_lnotab));
+#endif
+    P("bytes.sval", offsetof(PyBytesObject, ob_sval));
+    P("unicode.ascii_size", sizeof(PyASCIIObject));
+    P("unicode.compact_size", sizeof(PyCompactUnicodeObject));
+    return 0;
+}

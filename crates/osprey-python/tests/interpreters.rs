@@ -1,0 +1,209 @@
+//! Tests against the real interpreters on the machine (found at run time).
+//! Each interpreter gets: every applicable discovery method agrees with the
+//! thread lists; a 50/30/20 CPU split is attributed within 3 points; a
+//! thread in time.sleep and one in zlib.compress have the right states.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use osprey::export::{Frame, LabelValue, ProfileData};
+use osprey_python::threads::Discovery;
+use osprey_python::{attach_with_sink, open_target, Method, Options};
+
+fn collect(pid: i32, hz: u32, secs: f64, method: Option<Method>) -> (Vec<ProfileData>, osprey_python::Summary) {
+    let opts = Options {
+        hz,
+        period: Duration::from_secs(3600),
+        out_dir: std::env::temp_dir(),
+        duration: Some(Duration::from_secs_f64(secs)),
+        method,
+    };
+    let stop = AtomicBool::new(false);
+    let mut out = Vec::new();
+    let summary = attach_with_sink(pid, &opts, &stop, &mut |d| {
+        out.push(d.clone());
+        Ok(None)
+    })
+    .unwrap_or_else(|e| panic!("attach: {e}"));
+    (out, summary)
+}
+
+fn func_names(frames: &[Frame]) -> Vec<&str> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Function { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn label<'a>(s: &'a osprey::export::Sample, key: &str) -> Option<&'a LabelValue> {
+    s.labels.iter().find(|l| l.key == key).map(|l| &l.value)
+}
+
+fn methods_agree(name: &str) {
+    let Some(py) = common::interpreter(name) else { return };
+    let w = common::start(&py, &["threads"]);
+    let t = open_target(w.pid()).unwrap_or_else(|e| panic!("{e}"));
+    let minor = t.version.minor;
+    let mut d = Discovery::default();
+    let tids = osprey_python::process::list_tids(w.pid()).unwrap();
+    // Reference: the lists.
+    let mut reference = HashMap::new();
+    for &tid in &tids {
+        let ts = d.via_lists(&t, tid).unwrap();
+        if ts != 0 {
+            reference.insert(tid, ts);
+        }
+    }
+    // main + 3 spinners + sleeper
+    assert!(reference.len() >= 5, "{name}: lists found {} thread states: {reference:x?}", reference.len());
+    let distinct: std::collections::HashSet<_> = reference.values().collect();
+    assert_eq!(distinct.len(), reference.len(), "each thread has its own tstate");
+    for &tid in reference.keys() {
+        assert_eq!(d.via_tss(&t, tid).unwrap(), reference[&tid], "{name}: TSS for tid {tid}");
+        assert_eq!(d.via_cache(&t, tid).unwrap(), reference[&tid], "{name}: cache for tid {tid}");
+    }
+    if minor >= 12 {
+        assert!(t.tls.is_some(), "{name}: TLS decode failed: {:?}", t.tls_error);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2000 {
+            for (&tid, &ts) in &reference {
+                let v = d.via_tls(&t, tid).unwrap();
+                if v != 0 {
+                    assert_eq!(v, ts, "{name}: TLS for tid {tid}");
+                    seen.insert(tid);
+                }
+            }
+            if seen.len() >= 3 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        assert!(seen.len() >= 2, "{name}: TLS found the GIL holder's tstate in only {} threads", seen.len());
+    } else {
+        assert!(t.tls.is_none());
+    }
+    // Each method alone, through the sampler, sees the Python threads.
+    let all = [Method::Lists, Method::Cache, Method::Tss];
+    for m in all {
+        let (_, s) = collect(w.pid(), 200, 0.3, Some(m));
+        assert!(s.threads_seen >= 5, "{name}: method {m:?} saw {} threads", s.threads_seen);
+    }
+}
+
+fn attribution(name: &str) {
+    let Some(py) = common::interpreter(name) else { return };
+    let truth_file = std::env::temp_dir().join(format!("osprey-py-truth-{}-{name}", std::process::id()));
+    let w = common::start(&py, &["split", truth_file.to_str().unwrap()]);
+    let read_truth = || -> [f64; 3] {
+        let s = std::fs::read_to_string(&truth_file).unwrap_or_default();
+        let v: Vec<f64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        [v.first().copied().unwrap_or(0.0), v.get(1).copied().unwrap_or(0.0), v.get(2).copied().unwrap_or(0.0)]
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = read_truth();
+    let (profiles, summary) = collect(w.pid(), 1000, 4.0, None);
+    let t1 = read_truth();
+    let _ = std::fs::remove_file(&truth_file);
+    let dt: Vec<f64> = (0..3).map(|i| t1[i] - t0[i]).collect();
+    let dsum: f64 = dt.iter().sum();
+    let truth: Vec<f64> = dt.iter().map(|x| 100.0 * x / dsum).collect();
+    let mut counts: HashMap<&str, i64> = HashMap::new();
+    let mut total = 0;
+    let mut nsamples = 0;
+    for p in &profiles {
+        for s in &p.samples {
+            let names = func_names(&s.frames);
+            if let Some(f) = names.iter().find(|n| matches!(**n, "f50" | "f30" | "f20")) {
+                // CPU time (ns) per function, as the profile reports it.
+                *counts.entry(f).or_default() += s.values[1];
+                total += s.values[1];
+                nsamples += s.values[0];
+            }
+        }
+    }
+    assert!(nsamples > 500, "{name}: only {nsamples} samples ({summary:?})");
+    let share = |f: &str| 100.0 * *counts.get(f).unwrap_or(&0) as f64 / total as f64;
+    let (a, b, c) = (share("f50"), share("f30"), share("f20"));
+    let err = [(a - truth[0]).abs(), (b - truth[1]).abs(), (c - truth[2]).abs()];
+    let max_err = err.iter().cloned().fold(0.0, f64::max);
+    eprintln!(
+        "{name}: sampled f50 {a:.1}% f30 {b:.1}% f20 {c:.1}% | measured {:.1}/{:.1}/{:.1} | max error {max_err:.2} points | {nsamples} samples, passes {}/{} requested, torn {} retries {}",
+        truth[0], truth[1], truth[2], summary.passes_done, summary.passes_requested, summary.torn, summary.retries
+    );
+    for (i, want) in [50.0, 30.0, 20.0].iter().enumerate() {
+        assert!((truth[i] - want).abs() <= 3.0, "{name}: workload's own split {truth:?} is off 50/30/20");
+    }
+    assert!(max_err <= 3.0, "{name}: attribution error {max_err:.2} points (sampled {a:.1}/{b:.1}/{c:.1}, measured {truth:?})");
+    // Lines are real: f50's body is lines 12-14 of workload.py.
+    let lines: Vec<i64> = profiles
+        .iter()
+        .flat_map(|p| p.samples.iter())
+        .flat_map(|s| s.frames.iter())
+        .filter_map(|f| match f {
+            Frame::Function { name, line, file } if name == "f50" && file.ends_with("workload.py") => Some(*line),
+            _ => None,
+        })
+        .collect();
+    assert!(lines.iter().all(|l| (11..=15).contains(l)), "{name}: f50 lines {lines:?}");
+}
+
+fn states(name: &str) {
+    let Some(py) = common::interpreter(name) else { return };
+    let w = common::start(&py, &["states"]);
+    let (profiles, _) = collect(w.pid(), 200, 2.0, None);
+    let mut by: HashMap<(&str, String), i64> = HashMap::new();
+    for p in &profiles {
+        for s in &p.samples {
+            let names = func_names(&s.frames);
+            let who = if names.contains(&"sleeper") {
+                "sleeper"
+            } else if names.contains(&"compressor") {
+                "compressor"
+            } else {
+                continue;
+            };
+            let Some(LabelValue::Str(st)) = label(s, "state") else { panic!("no state label") };
+            assert!(matches!(label(s, "thread id"), Some(LabelValue::Num(n)) if *n > 0));
+            assert!(matches!(label(s, "thread name"), Some(LabelValue::Str(_))));
+            *by.entry((who, st.clone())).or_default() += s.values[0];
+            if s.values[1] > 0 {
+                assert_ne!(st, "sleeping", "CPU time only for threads on CPU");
+            }
+        }
+    }
+    let frac = |who: &str, st: &str| {
+        let tot: i64 = by.iter().filter(|(k, _)| k.0 == who).map(|(_, v)| v).sum();
+        (*by.get(&(who, st.to_string())).unwrap_or(&0) as f64 / tot.max(1) as f64, tot)
+    };
+    eprintln!("{name}: {by:?}");
+    let (sl, nsl) = frac("sleeper", "sleeping");
+    let (nat, nz) = frac("compressor", "native");
+    assert!(nsl > 50 && sl >= 0.9, "{name}: sleeper 'sleeping' {sl:.2} of {nsl}");
+    assert!(nz > 50 && nat >= 0.6, "{name}: compressor 'native' {nat:.2} of {nz}");
+}
+
+macro_rules! per_interpreter {
+    ($($m:ident => $name:expr),* $(,)?) => {
+        $(mod $m {
+            #[test] fn methods_agree() { super::methods_agree($name) }
+            #[test] fn attribution_50_30_20() { super::attribution($name) }
+            #[test] fn states_sleep_and_zlib() { super::states($name) }
+        })*
+    };
+}
+
+per_interpreter! {
+    py38 => "3.8",
+    py39 => "3.9",
+    py310 => "3.10",
+    py311 => "3.11",
+    py312 => "3.12",
+    py313 => "3.13",
+    debian311 => "debian-3.11",
+}

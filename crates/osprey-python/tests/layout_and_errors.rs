@@ -1,0 +1,194 @@
+//! The offset tables against the interpreters' own headers (compiled with
+//! the C compiler at test time), and the bad-input paths.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use osprey_python::layout::Layout;
+use osprey_python::{attach_with_sink, is_cpython_executable, is_cpython_process, open_target, Error, Options};
+
+fn offsets_from_headers(include: &Path, tag: &str) -> Vec<(String, u64)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/offsets.c");
+    let exe = std::env::temp_dir().join(format!("osprey-py-offsets-{}-{tag}", std::process::id()));
+    let st = Command::new("cc")
+        .arg("-w")
+        .arg("-I")
+        .arg(include)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("a C compiler (cc) is needed for this test");
+    assert!(st.success(), "compiling offsets.c against {}", include.display());
+    let out = Command::new(&exe).output().unwrap();
+    let _ = std::fs::remove_file(&exe);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn check_layout(name: &str, minor: u32) {
+    let Some(py) = common::interpreter(name) else { return };
+    let prefix = py.parent().unwrap().parent().unwrap();
+    let include = prefix.join(format!("include/python3.{minor}"));
+    let include = if include.exists() { include } else { std::path::PathBuf::from(format!("/usr/include/python3.{minor}")) };
+    let l = Layout::for_version(3, minor).unwrap();
+    for (k, v) in offsets_from_headers(&include, name) {
+        let ours = match k.as_str() {
+            "runtime.interpreters_head" => l.runtime_interpreters_head,
+            "runtime.autotsskey" => l.runtime_autotsskey,
+            "runtime.gil" => l.runtime_gil.unwrap(),
+            "interp.gil_ptr" => l.interp_gil_ptr.unwrap(),
+            "gil.last_holder" => l.gil_last_holder,
+            "gil.locked" => l.gil_locked,
+            "gil.size" => l.gil_size,
+            "interp.next" => l.interp_next,
+            "interp.tstate_head" => l.interp_tstate_head,
+            "tstate.next" => l.tstate_next,
+            "tstate.interp" => l.tstate_interp,
+            "tstate.thread_id" => l.tstate_thread_id,
+            "tstate.native_thread_id" => l.tstate_native_thread_id.unwrap(),
+            "tstate.frame" => l.tstate_frame,
+            "cframe.current_frame" => l.cframe_current_frame.unwrap(),
+            "frame.code" => l.frame_code,
+            "frame.previous" => l.frame_previous,
+            "frame.instr" => l.frame_instr,
+            "frame.owner" => l.frame_owner.unwrap(),
+            "code.filename" => l.code_filename,
+            "code.name" => l.code_name,
+            "code.qualname" => l.code_qualname.unwrap(),
+            "code.code_adaptive" => l.code_code_adaptive.unwrap(),
+            "code.firstlineno" => l.code_firstlineno,
+            "code.linetable" => l.code_linetable,
+            "bytes.sval" => l.bytes_sval,
+            "unicode.ascii_size" => l.unicode_ascii_size,
+            "unicode.compact_size" => l.unicode_compact_size,
+            other => panic!("unknown key {other}"),
+        };
+        assert_eq!(ours, v, "{name}: {k}");
+    }
+}
+
+#[test]
+fn layouts_match_headers() {
+    for (name, minor) in [("3.8", 8), ("3.9", 9), ("3.10", 10), ("3.11", 11), ("3.12", 12), ("3.13", 13), ("debian-3.11", 11)] {
+        check_layout(name, minor);
+    }
+}
+
+/// 3.13: the offsets published in `_Py_DebugOffsets` equal the table.
+#[test]
+fn debug_offsets_313_match_table() {
+    let Some(py) = common::interpreter("3.13") else { return };
+    let w = common::start(&py, &["states"]);
+    let t = open_target(w.pid()).unwrap();
+    assert!(t.debug_offsets, "_Py_DebugOffsets not found");
+    let mut table = Layout::for_version(3, 13).unwrap();
+    // Fields the debug offsets do not describe keep the table's values.
+    table.runtime_autotsskey = t.layout.runtime_autotsskey;
+    assert_eq!(t.layout, table);
+}
+
+#[test]
+fn detection() {
+    let Some(py) = common::interpreter("3.12") else { return };
+    assert!(is_cpython_executable(&py.canonicalize().unwrap()));
+    if let Some(deb) = common::interpreter("debian-3.11") {
+        assert!(is_cpython_executable(&deb));
+    }
+    assert!(!is_cpython_executable(Path::new("/bin/sleep")));
+    // A copy of /bin/sleep named python3 is not CPython.
+    let fake = std::env::temp_dir().join(format!("osprey-fake-{}/python3", std::process::id()));
+    std::fs::create_dir_all(fake.parent().unwrap()).unwrap();
+    std::fs::copy("/bin/sleep", &fake).unwrap();
+    assert!(!is_cpython_executable(&fake));
+    let mut c = Command::new(&fake).arg("5").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!is_cpython_process(c.id() as i32));
+    match open_target(c.id() as i32) {
+        Err(e @ Error::NotCpython(_)) => eprintln!("{e}"),
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("a fake python3 was accepted"),
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    let _ = std::fs::remove_dir_all(fake.parent().unwrap());
+    let w = common::start(&py, &["states"]);
+    assert!(is_cpython_process(w.pid()));
+}
+
+#[test]
+fn no_process() {
+    let stop = AtomicBool::new(false);
+    let r = attach_with_sink(999_999_999, &Options::default(), &stop, &mut |_| Ok(None));
+    match r {
+        Err(e @ Error::NoProcess(_)) => {
+            let msg = e.to_string();
+            assert!(msg.contains("999999999"), "{msg}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unsupported_version() {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let Some(old) = std::fs::read_dir(Path::new(&home).join(".pyenv/versions"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin/python3"))
+        .find(|p| p.to_string_lossy().contains("/3.7.") && p.exists())
+    else {
+        eprintln!("no python 3.7 here; skipping");
+        return;
+    };
+    let mut c = Command::new(&old).args(["-c", "import time; time.sleep(5)"]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    match open_target(c.id() as i32) {
+        Err(e @ Error::Unsupported(_)) => {
+            let msg = e.to_string();
+            assert!(msg.contains("3.7"), "{msg}");
+            eprintln!("{msg}");
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("3.7 accepted"),
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// The process exits while being sampled: attach ends normally and flushes.
+#[test]
+fn process_exits_mid_sampling() {
+    let Some(py) = common::interpreter("3.12") else { return };
+    let mut w = common::start(&py, &["short", "1.0"]);
+    let pid = w.pid();
+    let waiter = std::thread::spawn(move || {
+        let _ = w.child.wait();
+        drop(w);
+    });
+    let opts = Options { hz: 200, period: Duration::from_secs(60), duration: Some(Duration::from_secs(20)), ..Default::default() };
+    let stop = AtomicBool::new(false);
+    let mut flushed = Vec::new();
+    let t0 = std::time::Instant::now();
+    let s = attach_with_sink(pid, &opts, &stop, &mut |d| {
+        flushed.push(d.samples.len());
+        Ok(None)
+    })
+    .unwrap();
+    waiter.join().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(10), "attach did not notice the exit");
+    assert!(s.samples > 20, "{s:?}");
+    assert_eq!(flushed.len(), 1, "one final flush");
+    assert!(flushed[0] > 0);
+}
