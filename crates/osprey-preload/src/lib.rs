@@ -1,1 +1,3 @@
 //! stub
+
+mod context_ffi;
