@@ -7,6 +7,8 @@
 //! before its start routine runs. Threads created any other way are found by
 //! the agent's discovery scan.
 
+mod context_ffi;
+
 use osprey::discovery;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Mutex;

@@ -82,6 +82,7 @@ pub struct Record {
 }
 
 impl Record {
+    #[inline]
     pub fn state(&self) -> u32 {
         self.state.load(Acquire)
     }
@@ -335,6 +336,8 @@ impl Registry {
         if let Some(slot) = self.tid_slot(tid) {
             let _ = slot.compare_exchange(idx as u32 + 1, 0, AcqRel, Acquire);
         }
+        // A zero tid tells writer-side caches (`context`) the record is no longer theirs.
+        rec.tid.store(0, Release);
         rec.state.store(state::RETIRED, Release);
         true
     }
