@@ -116,8 +116,14 @@ impl Recorder {
     pub fn flush(&mut self, reg: &Registry, storage: &CallTraceStorage, period_ns: u64, comments: Vec<String>) -> ProfileData {
         let collected = storage.rotate();
         self.drain(reg);
-        let traces: HashMap<u64, (&[u64], bool)> =
+        let mut traces: HashMap<u64, (&[u64], bool)> =
             collected.traces.iter().map(|t| (t.id, (t.frames.as_slice(), t.truncated))).collect();
+        // Duplicate entries of one stack were merged under one id by `rotate`.
+        for &(alias, kept) in &collected.aliases {
+            if let Some(&t) = traces.get(&kept) {
+                traces.insert(alias, t);
+            }
+        }
         let mut samples = Vec::new();
         let pending = std::mem::take(&mut self.pending);
         for (key, mut agg) in pending {
