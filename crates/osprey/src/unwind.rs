@@ -62,6 +62,16 @@ pub fn walk(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64]) -> Wal
     }
     let mut fp = regs.fp;
     let mut prev = regs.sp;
+    // Leaf interrupted before its frame exists (prologue) or after it is gone
+    // (`ret`): its return address sits at the stack pointer and `fp` still
+    // belongs to the caller's caller... of the caller. Recover the caller.
+    if let Some(ret) = leaf_return_address(regs, stack_hi) {
+        match frames.get_mut(len) {
+            Some(slot) => *slot = ret,
+            None => return Walk { len, truncated: true },
+        }
+        len += 1;
+    }
     loop {
         // Invariant (see module docs): [fp, fp+16) lies in [sp, stack_hi).
         if fp < prev || fp % 8 != 0 || fp.checked_add(16).is_none_or(|end| end > stack_hi) {
@@ -86,6 +96,40 @@ pub fn walk(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64]) -> Wal
         prev = fp + 16;
         fp = next_fp;
     }
+}
+
+/// Where the leaf's return address is when `pc` is at a frame-less point of
+/// the leaf: at `endbr64`/`push %rbp` (entry) or `ret`: `[sp]`; at
+/// `mov %rsp,%rbp` right after `push %rbp`: `[sp + 8]`. Code bytes are read
+/// only within the page of `pc` (the page is mapped: the thread executes it).
+#[inline]
+fn leaf_return_address(regs: Regs, stack_hi: u64) -> Option<u64> {
+    let pc = regs.pc;
+    if pc < 4096 {
+        return None;
+    }
+    let page_left = 4096 - (pc % 4096); // bytes readable from pc on
+    // SAFETY: reads within the page containing pc (see above).
+    let byte = |off: u64| -> u8 { unsafe { core::ptr::read_volatile((pc + off) as *const u8) } };
+    let b0 = byte(0);
+    let at_entry = b0 == 0x55
+        || (page_left >= 4 && b0 == 0xf3 && byte(1) == 0x0f && byte(2) == 0x1e && byte(3) == 0xfa);
+    let slot = if at_entry || b0 == 0xc3 {
+        regs.sp
+    } else if page_left >= 3 && b0 == 0x48 && byte(1) == 0x89 && byte(2) == 0xe5 && pc % 4096 != 0 && {
+        // SAFETY: pc - 1 is in the same page (pc is not page-aligned).
+        unsafe { core::ptr::read_volatile((pc - 1) as *const u8) == 0x55 }
+    } {
+        regs.sp + 8
+    } else {
+        return None;
+    };
+    if slot % 8 != 0 || slot.checked_add(8).is_none_or(|end| end > stack_hi) {
+        return None;
+    }
+    // SAFETY: slot lies in [sp, stack_hi), checked by the caller and above.
+    let ret = unsafe { core::ptr::read_volatile(slot as *const u64) };
+    (ret != 0).then_some(ret)
 }
 
 #[cfg(test)]
@@ -114,6 +158,22 @@ mod tests {
         assert_eq!(w, Walk { len: 6, truncated: false });
         assert_eq!(out[..6], [0xabc, 0x1000, 0x1001, 0x1002, 0x1003, 0x1004]);
         drop(mem);
+    }
+
+    #[test]
+    fn recovers_caller_of_a_leaf_in_its_prologue() {
+        let (mut mem, base, hi) = fake_stack(2);
+        // sp points at a return address; pc at `push %rbp`.
+        mem[0] = 0x7777;
+        let code: [u8; 8] = [0x55, 0x48, 0x89, 0xe5, 0xc3, 0x90, 0x90, 0x90];
+        let pc = code.as_ptr() as u64;
+        let mut out = [0u64; 8];
+        let w = walk(Regs { pc, fp: base + 16, sp: base }, base, hi, &mut out);
+        assert_eq!(out[..w.len], [pc, 0x7777, 0x1000, 0x1001]);
+        // At `mov %rsp,%rbp`: the return address is one slot up.
+        mem[1] = 0x8888;
+        let w = walk(Regs { pc: pc + 1, fp: base + 16, sp: base }, base, hi, &mut out);
+        assert_eq!(out[..w.len], [pc + 1, 0x8888, 0x1000, 0x1001]);
     }
 
     #[test]
