@@ -199,10 +199,17 @@ fn storage_for(cfg: &Config, reg: &Registry) -> Result<&'static CallTraceStorage
     if let Some(s) = unsafe { STORAGE.load(Acquire).as_ref() } {
         return Ok(s);
     }
+    new_storage(cfg, reg)
+}
+
+/// Maps a new storage and makes it the one handlers use. The old one (if any)
+/// is leaked: a handler may still hold a pointer to it.
+fn new_storage(cfg: &Config, reg: &Registry) -> Result<&'static CallTraceStorage, String> {
     let s = CallTraceStorage::new(StorageConfig { memory_budget: cfg.memory_budget, max_threads: reg.max_records() })
         .map_err(|e| format!("cannot map call trace storage: {e}"))?;
     let s: &'static CallTraceStorage = Box::leak(Box::new(s));
     STORAGE.store(s as *const _ as *mut _, Release);
+    STATE.storage.store(s as *const _ as *mut _, Release);
     Ok(s)
 }
 
@@ -377,8 +384,18 @@ extern "C" fn after_fork_child() {
         if tid != me {
             reg.retire(tid);
         }
+        // Threads that were inside a handler at the fork do not exist here.
+        rec.in_handler.store(0, Relaxed);
         rec.ring.drain(|_| {});
+        rec.ring_overflow.store(0, Relaxed);
     });
+    // The parent's storage may have its collector lock held or hazards set by
+    // threads that do not exist here: the child starts on a fresh one.
+    if new_storage(&agent.cfg, reg).is_err() {
+        STATE.enabled.store(false, SeqCst);
+        AGENT.store(core::ptr::null_mut(), Release);
+        return;
+    }
     if !agent.cfg.continue_after_fork {
         STATE.enabled.store(false, SeqCst);
         AGENT.store(core::ptr::null_mut(), Release);
