@@ -34,6 +34,9 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     if children {
         c.env("OSPREY_CHILDREN", "1");
     }
+    if s.lines {
+        c.env("OSPREY_LINES", "1");
+    }
     let err = c.exec();
     Err(Failure { message: format!("{}: {err}", cmd[0]), code: 126 })
 }

@@ -25,6 +25,10 @@ pub struct Sampling {
     /// Directory for the *.pb.gz profiles.
     #[arg(long, default_value = "profiles")]
     pub out: PathBuf,
+    /// Native frames with file, line and inlined functions (DWARF; uses more
+    /// memory in the profiled process at each flush).
+    #[arg(long)]
+    pub lines: bool,
 }
 
 #[derive(Subcommand)]

@@ -235,3 +235,21 @@ fn c_program_span_ids_reach_the_profile() {
     }
     assert!(labelled > 100 && spans.len() >= 5, "{labelled} labelled samples over spans {spans:?}");
 }
+
+#[test]
+fn lines_flag_adds_files_and_lines() {
+    let out = tempdir("lines");
+    let o = run(&[
+        "exec", "--lines", "--hz", "500", "--out", out.to_str().unwrap(), "--",
+        sibling("osprey-demo").to_str().unwrap(), "--threads", "1", "--seconds", "1",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p = &read_all(&out)[0];
+    let with_line = p
+        .function
+        .iter()
+        .filter(|f| p.string_table[f.name as usize].ends_with("::work_a"))
+        .any(|f| p.string_table[f.filename as usize].ends_with("osprey-demo/src/lib.rs"));
+    assert!(with_line, "work_a has no source file with --lines");
+    assert!(p.location.iter().any(|l| l.line.iter().any(|x| x.line > 0)));
+}

@@ -295,6 +295,7 @@ impl Aggregator {
             duration_ns: self.window_instant.elapsed().as_nanos() as i64,
             samples,
             comments: self.comments.clone(),
+            lines: false,
         };
         self.window_start = SystemTime::now();
         self.window_instant = Instant::now();

@@ -13,6 +13,7 @@
 //! | `OSPREY_SAMPLE_SIGNAL` / `OSPREY_PRIME_SIGNAL` | real-time signal numbers to use | first free from SIGRTMIN+6 / +7 |
 //! | `OSPREY_FORK` | `continue` or `stop` profiling in a forked child | continue |
 //! | `OSPREY_CHILDREN` | `1`: programs the target execs are profiled too | 0 |
+//! | `OSPREY_LINES` | `1`: file, line and inlined frames from DWARF (costs memory at each flush) | 0 |
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,6 +32,8 @@ pub struct Config {
     pub sample_signal: Option<i32>,
     pub prime_signal: Option<i32>,
     pub continue_after_fork: bool,
+    /// Symbolize with DWARF (file, line, inlined frames); see `export::ProfileData::lines`.
+    pub lines: bool,
 }
 
 impl Default for Config {
@@ -48,6 +51,7 @@ impl Default for Config {
             sample_signal: None,
             prime_signal: None,
             continue_after_fork: true,
+            lines: false,
         }
     }
 }
@@ -99,6 +103,9 @@ impl Config {
                 "stop" => false,
                 _ => return Err(format!("OSPREY_FORK must be `continue` or `stop`, not `{v}`")),
             };
+        }
+        if let Some(v) = get("OSPREY_LINES") {
+            c.lines = parse_bool("OSPREY_LINES", &v)?;
         }
         c.validate()?;
         Ok(c)

@@ -58,6 +58,11 @@ impl Builder {
         self.cfg.scan_interval = d;
         self
     }
+    /// File, line and inlined frames from DWARF at each flush (more memory).
+    pub fn lines(mut self, on: bool) -> Self {
+        self.cfg.lines = on;
+        self
+    }
     pub fn memory_budget(mut self, bytes: usize) -> Self {
         self.cfg.memory_budget = bytes;
         self
@@ -318,7 +323,8 @@ fn agent_loop(agent: &'static Agent) {
 fn write(agent: &Agent, recorder: &mut Recorder, reg: &Registry, storage: &CallTraceStorage) -> Option<PathBuf> {
     let mut comments = vec![format!("runtime-id={}", agent.runtime_id)];
     comments.push(format!("osprey {} hz={}", env!("CARGO_PKG_VERSION"), agent.cfg.hz));
-    let data = recorder.flush(reg, storage, agent.cfg.period_ns(), comments);
+    let mut data = recorder.flush(reg, storage, agent.cfg.period_ns(), comments);
+    data.lines = agent.cfg.lines;
     if data.samples.is_empty() {
         return None;
     }

@@ -170,6 +170,7 @@ impl Recorder {
             duration_ns: now_mono.saturating_sub(self.start_mono_ns) as i64,
             samples,
             comments,
+            lines: false,
         };
         self.start_realtime_ns = sys::realtime_ns();
         self.start_mono_ns = now_mono;

@@ -111,6 +111,7 @@ fn go_tool_pprof_reads_our_files() {
             },
         ],
         comments: vec![],
+        lines: true,
     };
     let file = write_profile(&dir, &data).unwrap();
 

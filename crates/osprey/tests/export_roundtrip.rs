@@ -90,6 +90,7 @@ fn data() -> ProfileData {
             ),
         ],
         comments: vec!["osprey test".into()],
+        lines: true,
     }
 }
 

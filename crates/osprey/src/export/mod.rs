@@ -75,6 +75,11 @@ pub struct ProfileData {
     pub duration_ns: i64,
     pub samples: Vec<Sample>,
     pub comments: Vec<String>,
+    /// Symbolize native frames with DWARF (file, line, inlined functions).
+    /// Off: function names from ELF symbol tables only. DWARF parsing costs
+    /// memory in the profiled process at every flush (tens of MiB for a
+    /// binary with full debug info); symbol tables cost a few.
+    pub lines: bool,
 }
 
 /// Symbolizes, encodes and writes `data` as a gzip pprof file in `dir`
@@ -92,7 +97,7 @@ pub fn write_profile(
 /// Symbolizes and encodes `data` (what [`write_profile`] writes, before gzip).
 pub fn to_pprof(data: &ProfileData) -> pprof::Profile {
     match maps::ProcMaps::read(data.pid) {
-        Ok(maps) => encode::encode(data, &maps, |addrs| symbolize::symbolize(data.pid, addrs)),
+        Ok(maps) => encode::encode(data, &maps, |addrs| symbolize::symbolize(data.pid, addrs, data.lines)),
         Err(_) => encode::encode(data, &maps::ProcMaps::default(), |addrs| {
             vec![Default::default(); addrs.len()]
         }),

@@ -34,7 +34,8 @@ pub struct Resolved {
 /// Symbolizes `(addr, return_address)` pairs in `pid`'s address space (`pid <= 0`:
 /// this process). A return address is looked up at `addr - 1` so that it
 /// lands inside the call instruction. The result has one entry per input.
-pub fn symbolize(pid: i32, addrs: &[(u64, bool)]) -> Vec<Resolved> {
+/// `lines`: use DWARF (file, line, inlined frames) besides ELF symbols.
+pub fn symbolize(pid: i32, addrs: &[(u64, bool)], lines: bool) -> Vec<Resolved> {
     let lookup: Vec<u64> = addrs
         .iter()
         .map(|&(a, ret)| if ret { a.saturating_sub(1) } else { a })
@@ -45,20 +46,20 @@ pub fn symbolize(pid: i32, addrs: &[(u64, bool)]) -> Vec<Resolved> {
         Pid::from(pid as u32)
     };
     let symbolizer = Symbolizer::builder()
-        .enable_inlined_fns(true)
-        .enable_code_info(true)
+        .enable_inlined_fns(lines)
+        .enable_code_info(lines)
         .enable_demangling(true)
         .build();
     // Paths named in /proc/<pid>/maps first: opening /proc/<pid>/map_files/*
     // needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE), even for oneself.
-    let mut out = run(&symbolizer, pid, false, &lookup);
+    let mut out = run(&symbolizer, pid, false, lines, &lookup);
     // Then map_files for what is left (deleted files, other mount namespaces).
     let unknown: Vec<usize> = (0..out.len())
         .filter(|&i| out[i].lines.is_empty())
         .collect();
     if !unknown.is_empty() {
         let retry: Vec<u64> = unknown.iter().map(|&i| lookup[i]).collect();
-        for (i, r) in unknown.into_iter().zip(run(&symbolizer, pid, true, &retry)) {
+        for (i, r) in unknown.into_iter().zip(run(&symbolizer, pid, true, lines, &retry)) {
             out[i] = r;
         }
     }
@@ -77,9 +78,10 @@ fn release_free_heap() {
 }
 
 /// One blazesym pass; all unknown if it fails as a whole.
-fn run(symbolizer: &Symbolizer, pid: Pid, map_files: bool, addrs: &[u64]) -> Vec<Resolved> {
+fn run(symbolizer: &Symbolizer, pid: Pid, map_files: bool, lines: bool, addrs: &[u64]) -> Vec<Resolved> {
     let mut process = Process::new(pid);
     process.map_files = map_files;
+    process.debug_syms = lines;
     match symbolizer.symbolize(&Source::Process(process), Input::AbsAddr(addrs)) {
         Ok(syms) => syms.iter().map(resolve).collect(),
         Err(_) => vec![Resolved::default(); addrs.len()],
@@ -127,7 +129,7 @@ mod tests {
     #[test]
     fn symbolizes_own_function() {
         let a = marker_fn as fn() -> u64 as usize as u64;
-        let r = symbolize(0, &[(a, false), (a + 1, true), (8, false)]);
+        let r = symbolize(0, &[(a, false), (a + 1, true), (8, false)], true);
         assert_eq!(r.len(), 3);
         assert!(
             r[0].lines.last().unwrap().name.contains("marker_fn"),
