@@ -120,11 +120,7 @@ fn check_sampling(s: &Sampling) -> Result<osprey::Config, Failure> {
         ..Default::default()
     };
     cfg.validate().map_err(|e| Failure::usage(format!("--hz: {e}")))?;
-    std::fs::create_dir_all(&s.out)
-        .map_err(|e| Failure::usage(format!("cannot create --out {}: {e}", s.out.display())))?;
-    let probe = s.out.join(format!(".osprey-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(|e| Failure::usage(format!("--out {} is not writable: {e}", s.out.display())))?;
-    let _ = std::fs::remove_file(probe);
+    osprey::profiler::check_writable(&s.out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
     Ok(cfg)
 }
 

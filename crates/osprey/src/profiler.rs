@@ -232,7 +232,8 @@ fn install_handlers(cfg: &Config) -> Result<(Vec<Installed>, i32, i32), String> 
     Ok((vec![a, b], sample, prime))
 }
 
-fn check_writable(dir: &Path) -> Result<(), String> {
+/// Creates `dir` if needed and checks a file can be written in it.
+pub fn check_writable(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create output directory {}: {e}", dir.display()))?;
     let probe = dir.join(format!(".osprey-write-test-{}", sys::getpid()));
     std::fs::write(&probe, b"").map_err(|e| format!("output directory {} is not writable: {e}", dir.display()))?;
