@@ -7,6 +7,8 @@
 //! a state (see [`state`]). Profiles are flushed every period in osprey's
 //! export format.
 
+pub mod aggregate;
+pub mod cpuclock;
 pub mod decode;
 pub mod layout;
 pub mod process;
@@ -16,15 +18,15 @@ pub mod state;
 pub mod target;
 pub mod threads;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use osprey::export::{Frame, Label, LabelValue, ProfileData, Sample};
+use osprey::export::ProfileData;
 
+pub use aggregate::Aggregator;
 pub use sampler::{Sampler, ThreadSample};
 pub use target::{Target, Version};
 
@@ -185,6 +187,7 @@ pub fn attach_with_sink(
     let mut next = Instant::now();
     let mut last_flush = Instant::now();
     let loop_start = Instant::now();
+    let mut rng = (std::process::id() as u64) << 32 | pid as u64 | 1;
     let mut flush = |agg: &mut Aggregator, summary: &mut Summary| {
         let data = agg.take();
         if data.samples.is_empty() {
@@ -207,7 +210,7 @@ pub fn attach_with_sink(
             break;
         }
         match sampler.sample() {
-            Ok(samples) => agg.add(&samples, interval_ns),
+            Ok(samples) => agg.add(&samples, interval_ns, sampler.cpu_clock),
             Err(sampler::Gone) => break,
         }
         summary.passes_done += 1;
@@ -215,7 +218,13 @@ pub fn attach_with_sink(
             flush(&mut agg, &mut summary);
             last_flush = Instant::now();
         }
-        next += interval;
+        // Intervals are uniform in [interval/2, 3*interval/2): the mean rate
+        // is `hz`, and a workload with a period near a multiple of the
+        // interval is not seen at the same phase every time (aliasing).
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        next += interval / 2 + Duration::from_nanos(rng % interval.as_nanos().max(1) as u64);
         let now = Instant::now();
         if next > now {
             std::thread::sleep(next - now);
@@ -230,75 +239,11 @@ pub fn attach_with_sink(
     summary.torn = sampler.stats.torn;
     summary.retries = sampler.stats.retries;
     summary.threads_seen = sampler.stats.threads_seen.len();
+    if let Some(e) = &sampler.clock_error {
+        summary.warnings.push(format!("per-thread CPU clocks unavailable ({e}): CPU time goes to runnable threads, preempted ones included"));
+    }
     if let Some(e) = &sampler.disc.last_ptrace_error {
         summary.warnings.push(format!("{} ptrace failures (last: {e}); fell back to the thread lists", sampler.disc.ptrace_errors));
     }
     Ok(summary)
-}
-
-/// Samples aggregated by (stack, labels) until flushed.
-pub struct Aggregator {
-    pid: i32,
-    interval_ns: i64,
-    comments: Vec<String>,
-    window_start: SystemTime,
-    window_instant: Instant,
-    map: HashMap<(Vec<Frame>, Vec<Label>), [i64; 3]>,
-}
-
-impl Aggregator {
-    pub fn new(pid: i32, interval_ns: i64, s: &Sampler) -> Self {
-        Aggregator {
-            pid,
-            interval_ns,
-            comments: vec![
-                format!("python {}", s.target.version),
-                format!("osprey-python method {:?}", s.method.map(|m| format!("{m:?}")).unwrap_or("combined".into())),
-            ],
-            window_start: SystemTime::now(),
-            window_instant: Instant::now(),
-            map: HashMap::new(),
-        }
-    }
-
-    pub fn add(&mut self, samples: &[ThreadSample], wall_ns: i64) {
-        for s in samples {
-            let labels = vec![
-                Label { key: "thread id".into(), value: LabelValue::Num(s.tid as i64) },
-                Label { key: "thread name".into(), value: LabelValue::Str(s.name.clone()) },
-                Label { key: "state".into(), value: LabelValue::Str(s.state.to_string()) },
-            ];
-            let v = self.map.entry((s.frames.clone(), labels)).or_insert([0; 3]);
-            v[0] += 1;
-            v[1] += s.cpu_ns;
-            v[2] += wall_ns;
-        }
-    }
-
-    /// The window's profile; starts a new window.
-    pub fn take(&mut self) -> ProfileData {
-        let samples = self
-            .map
-            .drain()
-            .map(|((frames, labels), v)| Sample { frames, values: v.to_vec(), labels })
-            .collect();
-        let start_ns = self.window_start.duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
-        let data = ProfileData {
-            pid: self.pid,
-            sample_types: vec![
-                ("samples".into(), "count".into()),
-                ("cpu".into(), "nanoseconds".into()),
-                ("wall".into(), "nanoseconds".into()),
-            ],
-            period: ("wall".into(), "nanoseconds".into(), self.interval_ns),
-            start_realtime_ns: start_ns,
-            duration_ns: self.window_instant.elapsed().as_nanos() as i64,
-            samples,
-            comments: self.comments.clone(),
-            lines: false,
-        };
-        self.window_start = SystemTime::now();
-        self.window_instant = Instant::now();
-        data
-    }
 }

@@ -1,10 +1,11 @@
 //! One sampling pass over all threads of the target.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use osprey::export::Frame;
 
+use crate::cpuclock::TaskClock;
 use crate::stack::{read_stack, CodeCache, StackRead};
 use crate::state::{classify, ProcFiles, Sys};
 use crate::target::Target;
@@ -18,10 +19,15 @@ pub struct ThreadSample {
     pub name: String,
     pub state: &'static str,
     pub on_cpu: bool,
-    /// CPU time attributed to this sample (0 unless on CPU).
+    /// Raw CPU charge (ns): the wall time since the previous pass if the
+    /// thread is on CPU (or runnable), else 0. Rescaled per profile window
+    /// so that the window's charges add up to the process CPU clock.
     pub cpu_ns: i64,
     pub tstate: u64,
     pub frames: Vec<Frame>,
+    /// The thread's exact CPU time (ns, from its [`TaskClock`], counted
+    /// from when the sampler first saw it), read after the stack.
+    pub thread_cpu: Option<u64>,
 }
 
 #[derive(Default, Clone, Debug)]
@@ -42,8 +48,16 @@ pub struct Sampler {
     tids: Vec<i32>,
     tids_at: Option<Instant>,
     pub stats: Stats,
-    /// Process CPU clock at the previous pass, and when.
-    last_cpu: Option<(i64, std::time::Instant)>,
+    /// Per-thread exact CPU clocks; None where one could not be opened.
+    clocks: HashMap<i32, Option<TaskClock>>,
+    /// Why the last per-thread clock could not be opened (then `on_cpu`
+    /// falls back to the kernel's run state, which counts preempted threads).
+    pub clock_error: Option<String>,
+    /// When the previous pass started.
+    last_pass: Option<Instant>,
+    /// The process CPU clock (ns) read at the start of the latest pass that
+    /// could read it.
+    pub cpu_clock: Option<i64>,
     /// Nominal sampling interval (set by the caller; default 10 ms).
     pub interval_ns: i64,
 }
@@ -109,7 +123,10 @@ impl Sampler {
             tids: Vec::new(),
             tids_at: None,
             stats: Stats::default(),
-            last_cpu: None,
+            clocks: HashMap::new(),
+            clock_error: None,
+            last_pass: None,
+            cpu_clock: None,
             interval_ns: 10_000_000,
         })
     }
@@ -144,6 +161,7 @@ impl Sampler {
         }
         self.disc.retain_threads(&tids);
         self.procs.retain(&tids);
+        self.clocks.retain(|t, _| tids.contains(t));
         self.tids = tids;
         self.tids_at = Some(Instant::now());
         Ok(())
@@ -207,7 +225,13 @@ impl Sampler {
                     continue;
                 }
             };
-            let frames = match read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries) {
+            let clock = self.clocks.entry(tid).or_insert_with(|| {
+                TaskClock::open(tid).map_err(|e| self.clock_error = Some(format!("perf_event_open: {e}"))).ok()
+            });
+            let before = clock.as_ref().and_then(|c| c.read().ok());
+            let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries);
+            let after = clock.as_ref().and_then(|c| c.read().ok());
+            let frames = match read {
                 Ok(StackRead::Ok(f)) => f,
                 Ok(StackRead::Torn) => {
                     self.stats.torn += 1;
@@ -223,30 +247,35 @@ impl Sampler {
             let holds = gils.iter().any(|g| g.1 && g.2 == tstate);
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
             let state = classify(holds, k.state, sys, &ranges);
-            if state == "blocked" && std::env::var_os("OSPREY_PY_DEBUG").is_some() {
-                eprintln!("blocked: tid {tid} kstate {} sys {sys:x?} gils {ranges:x?}", k.state);
-            }
-            let on_cpu = if holds { k.state == 'R' } else { sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R') };
+            // On a CPU during the stack read: its exact clock moved. Without
+            // one, runnable (which also counts preempted threads).
+            let on_cpu = match (before, after) {
+                (Some(a), Some(b)) => b > a,
+                _ if holds => k.state == 'R',
+                _ => sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R'),
+            };
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);
-            out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns: 0, tstate, frames });
+            out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns: 0, tstate, frames, thread_cpu: after });
         }
-        // CPU since the previous pass, shared by the threads on CPU now
-        // (exact for one running thread; an approximation for several).
-        // Capped at twice the nominal interval: after the sampler itself was
-        // held off the CPU, the CPU of the whole gap would otherwise land on
-        // whatever stack is current at the end of it.
-        if let (Some(cpu), Some((prev_cpu, prev_t))) = (cpu_now, self.last_cpu) {
+        // Each thread on CPU now is charged the wall time since the previous
+        // pass (capped at twice the nominal interval, so a pass delayed by a
+        // busy machine does not put the whole gap on one stack): on-CPU
+        // instants, counted. CPU deltas since the previous pass are not
+        // charged to the stack now: that CPU was spent before it, and with
+        // preemption at syscalls a thread is often parked at the start of
+        // the next function. [`crate::Aggregator`] rescales the charges per
+        // window to the threads' clocks.
+        if let Some(prev_t) = self.last_pass {
             let wall = (now.duration_since(prev_t).as_nanos() as i64).min(2 * self.interval_ns);
-            let n = out.iter().filter(|s| s.on_cpu).count() as i64;
-            if n > 0 {
-                let each = ((cpu - prev_cpu).max(0) / n).min(wall);
-                for s in out.iter_mut().filter(|s| s.on_cpu) {
-                    s.cpu_ns = each;
-                }
+            for s in out.iter_mut().filter(|s| s.on_cpu) {
+                s.cpu_ns = wall;
             }
         }
-        self.last_cpu = cpu_now.map(|c| (c, now));
+        self.last_pass = Some(now);
+        if cpu_now.is_some() {
+            self.cpu_clock = cpu_now;
+        }
         Ok(out)
     }
 }

@@ -78,3 +78,33 @@ pub fn start(python: &Path, args: &[&str]) -> Workload {
     assert!(Instant::now() < deadline);
     Workload { child }
 }
+
+/// CPU slots for workloads: the machine this runs on may have 2 cores, and
+/// each workload keeps about one busy (plus its sampler). Tests take slots
+/// before starting a workload so that at most [`SLOTS`] run at once,
+/// whatever `--test-threads` is.
+pub const SLOTS: usize = 2;
+static USED: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+static FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Holds `n` slots until dropped.
+pub struct Slots(usize);
+
+/// Waits for `n` (<= [`SLOTS`]) free slots. A measurement that must not
+/// share the CPUs takes them all.
+pub fn slots(n: usize) -> Slots {
+    let n = n.min(SLOTS);
+    let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+    while *used + n > SLOTS {
+        used = FREED.wait(used).unwrap_or_else(|e| e.into_inner());
+    }
+    *used += n;
+    Slots(n)
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        *USED.lock().unwrap_or_else(|e| e.into_inner()) -= self.0;
+        FREED.notify_all();
+    }
+}

@@ -5,6 +5,7 @@ import threading
 import time
 import zlib
 
+# A round of f50+f30+f20 takes 6-11 ms (3.8-3.13 here).
 N = 20000
 
 
@@ -35,7 +36,9 @@ def split(truth_path=None):
     fd = os.open(truth_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if truth_path else None
     ct = time.thread_time_ns
     t = [0, 0, 0]
+    rounds = 0
     while True:
+        rounds += 1
         a = ct()
         f50()
         b = ct()
@@ -46,7 +49,7 @@ def split(truth_path=None):
         t[0] += b - a
         t[1] += c - b
         t[2] += d - c
-        if fd is not None:
+        if fd is not None and rounds % 16 == 0:
             os.pwrite(fd, ("%020d %020d %020d\n" % tuple(t)).encode(), 0)
 
 

@@ -1,0 +1,209 @@
+//! End to end: `osprey exec` and `osprey attach` on real CPython processes.
+//!
+//! Interpreters are found at run time (pyenv 3.12 and 3.11); a missing one
+//! fails the test unless OSPREY_SKIP_MISSING_PYTHON=1. Needs the workspace
+//! built (`cargo build --workspace`), as `cargo xtask test` does.
+
+use osprey::export::{self, pprof::Profile};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The tests run one at a time: the split measurement needs the CPUs.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn osprey() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
+}
+
+/// `~/.pyenv/versions/VERSION.*/bin/python3`, the newest patch release.
+fn python(version: &str) -> Option<PathBuf> {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let mut hits: Vec<PathBuf> = std::fs::read_dir(Path::new(&home).join(".pyenv/versions"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{version}.")))
+        .map(|e| e.path().join("bin/python3"))
+        .filter(|p| p.exists())
+        .collect();
+    hits.sort();
+    match hits.pop() {
+        Some(p) => Some(p),
+        None if std::env::var("OSPREY_SKIP_MISSING_PYTHON").as_deref() == Ok("1") => {
+            eprintln!("skipping: python {version} not found (OSPREY_SKIP_MISSING_PYTHON=1)");
+            None
+        }
+        None => panic!("python {version} not found under ~/.pyenv/versions (set OSPREY_SKIP_MISSING_PYTHON=1 to skip)"),
+    }
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/split.py")
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("osprey-py-e2e-{tag}-{}-{}", std::process::id(), osprey::sys::monotonic_ns()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn read_profiles(dir: &Path) -> Vec<Profile> {
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+        .collect();
+    assert!(!files.is_empty(), "no *.pb.gz in {}", dir.display());
+    files.iter().map(|f| export::read_profile(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()))).collect()
+}
+
+fn label<'a>(p: &'a Profile, s: &export::pprof::Sample, key: &str) -> Option<(&'a str, i64)> {
+    s.label.iter().find(|l| p.string(l.key) == key).map(|l| (p.string(l.str), l.num))
+}
+
+/// Function names of a sample, leaf first.
+fn names<'a>(p: &'a Profile, s: &export::pprof::Sample) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    for id in &s.location_id {
+        let loc = &p.location[(*id - 1) as usize];
+        debug_assert_eq!(loc.id, *id);
+        for l in &loc.line {
+            out.push(p.string(p.function[(l.function_id - 1) as usize].name));
+        }
+    }
+    out
+}
+
+/// Seconds of the split workload under `osprey exec --hz 200`: about 4000
+/// samples of the main thread on CPU, for a 3-point bound.
+const SPLIT_SECS: &str = "20";
+
+#[test]
+fn exec_python_split_states_and_exit_status() {
+    let Some(py) = python("3.12") else { return };
+    let _serial = serial();
+    let out = tempdir("exec");
+    let o = Command::new(osprey())
+        .args(["exec", "--hz", "200", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(script())
+        .arg(SPLIT_SECS)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(7), "exit status passes through; stderr: {stderr}");
+    let truth: Vec<f64> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("truth "))
+        .unwrap_or_else(|| panic!("no truth line in {stdout:?}"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let tsum: f64 = truth.iter().sum();
+    let truth: Vec<f64> = truth.iter().map(|x| 100.0 * x / tsum).collect();
+
+    let profiles = read_profiles(&out);
+    // The summary (osprey's own reader) ranks f50 > f30 > f20 by CPU.
+    let summary = export::summarize(&profiles, Some("cpu")).unwrap();
+    let cum = |f: &str| summary.functions.iter().find(|s| s.name == f).map_or(0, |s| s.cum);
+    let (a, b, c) = (cum("f50"), cum("f30"), cum("f20"));
+    let tot = (a + b + c) as f64;
+    assert!(tot > 0.0, "no CPU in f50/f30/f20: {:?}", summary.functions);
+    let sampled = [100.0 * a as f64 / tot, 100.0 * b as f64 / tot, 100.0 * c as f64 / tot];
+    eprintln!("sampled {sampled:.1?} measured {truth:.1?} ({} samples)", summary.samples);
+    for i in 0..3 {
+        assert!((sampled[i] - truth[i]).abs() <= 3.0, "split {sampled:?} vs measured {truth:?}");
+    }
+
+    let mut states = std::collections::HashMap::<(String, String), i64>::new();
+    let mut with_lines = 0;
+    for p in &profiles {
+        for s in &p.sample {
+            let (Some((name, _)), Some((_, tid)), Some((state, _))) =
+                (label(p, s, "thread name"), label(p, s, "thread id"), label(p, s, "state"))
+            else {
+                panic!("sample without thread id/name/state labels")
+            };
+            assert!(tid > 0 && !name.is_empty());
+            // Threads by what they run (3.12 leaves the OS thread name alone).
+            let fns = names(p, s);
+            let who = ["sleeper", "compressor"].into_iter().find(|w| fns.contains(w)).unwrap_or("other");
+            *states.entry((who.to_string(), state.to_string())).or_default() += s.value[0];
+            for id in &s.location_id {
+                let loc = &p.location[(*id - 1) as usize];
+                for l in &loc.line {
+                    let f = &p.function[(l.function_id - 1) as usize];
+                    if p.string(f.name) == "f50" {
+                        assert!(p.string(f.filename).ends_with("split.py") && l.line > 0, "f50 without file:line");
+                        with_lines += 1;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("states {states:?}");
+    assert!(with_lines > 0);
+    let get = |n: &str, st: &str| *states.get(&(n.to_string(), st.to_string())).unwrap_or(&0);
+    assert!(get("sleeper", "sleeping") > 100, "sleeper not 'sleeping': {states:?}");
+    assert!(get("compressor", "native") > 100, "compressor not 'native': {states:?}");
+}
+
+/// A running process, killed on drop.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn attach_running_311_writes_a_profile() {
+    let Some(py) = python("3.11") else { return };
+    let _serial = serial();
+    let child = Running(Command::new(&py).arg(script()).arg("30").stdout(Stdio::null()).spawn().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    let out = tempdir("attach");
+    let o = Command::new(osprey())
+        .args(["attach", "--pid", &child.0.id().to_string(), "--duration", "2", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let profiles = read_profiles(&out);
+    let summary = export::summarize(&profiles, Some("samples")).unwrap();
+    assert!(summary.functions.iter().any(|f| f.name == "f50"), "{:?}", summary.functions);
+    assert!(summary.samples > 100, "{} samples", summary.samples);
+}
+
+fn one_line_error(args: &[&str]) -> String {
+    let o = Command::new(osprey()).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err:?}");
+    assert!(err.starts_with("osprey: "), "{err:?}");
+    err
+}
+
+#[test]
+fn attach_bad_targets() {
+    let _serial = serial();
+    let sleep = Running(Command::new("/bin/sleep").arg("30").spawn().unwrap());
+    std::thread::sleep(Duration::from_millis(100));
+    let out = tempdir("bad");
+    let o = out.to_str().unwrap();
+    let err = one_line_error(&["attach", "--pid", &sleep.0.id().to_string(), "--duration", "1", "--out", o]);
+    assert!(err.contains("not a CPython process"), "{err}");
+    let err = one_line_error(&["attach", "--pid", "999999", "--duration", "1", "--out", o]);
+    assert!(err.contains("no process with pid 999999"), "{err}");
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""osprey vs py-spy on one CPython workload (bench/work.py: ~5 s of fixed
+CPU-bound work, 50/30/20 over three functions, one thread).
+
+Usage: python3 bench.py --osprey PATH/TO/osprey [--python PY] [--runs 5]
+                        [--hz 100,1000] [--rounds 700]
+
+For each rate, runs unprofiled / osprey exec / py-spy record --nonblocking /
+py-spy record (blocking), alternating, --runs times each. Reports, per
+profiler: slowdown = median workload wall time (the workload's own clock,
+start-up excluded) over the unprofiled median; samples delivered over
+requested (rate x workload wall time); attribution error = the largest
+difference, in points, between the profile's f50/f30/f20 shares and the
+workload's own per-function CPU split (time.thread_time)."""
+import argparse
+import glob
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORK = os.path.join(HERE, "work.py")
+FUNCS = ("f50", "f30", "f20")
+
+
+def parse_work(out):
+    m = re.search(r"wall (\S+) truth (\S+) (\S+) (\S+)", out)
+    if not m:
+        raise SystemExit("workload printed no result: %r" % out)
+    return float(m.group(1)), [float(m.group(i)) for i in (2, 3, 4)]
+
+
+def run_none(a, hz, tmp):
+    out = subprocess.run([a.python, WORK, str(a.rounds)], capture_output=True, text=True, check=True).stdout
+    wall, truth = parse_work(out)
+    return wall, truth, None, None
+
+
+def run_osprey(a, hz, tmp):
+    d = tempfile.mkdtemp(dir=tmp)
+    p = subprocess.run([a.osprey, "exec", "--hz", str(hz), "--out", d, "--", a.python, WORK, str(a.rounds)],
+                       capture_output=True, text=True, check=True)
+    wall, truth = parse_work(p.stdout)
+    files = glob.glob(os.path.join(d, "*.pb.gz"))
+    rep = subprocess.run([a.osprey, "report", "--sample-index", "cpu", "--top", "100"] + files,
+                         capture_output=True, text=True, check=True).stdout
+    cpu = {}
+    for line in rep.splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[4] in FUNCS:
+            cpu[parts[4]] = float(parts[1].rstrip("%"))
+    m = re.search(r"osprey: (\d+) samples", p.stderr)
+    samples = int(m.group(1)) if m else 0
+    return wall, truth, [cpu.get(f, 0.0) for f in FUNCS], samples
+
+
+def run_pyspy(a, hz, tmp, blocking):
+    out = os.path.join(tempfile.mkdtemp(dir=tmp), "raw.txt")
+    cmd = ["py-spy", "record", "-r", str(hz), "-f", "raw", "-o", out]
+    if not blocking:
+        cmd.append("--nonblocking")
+    p = subprocess.run(cmd + ["--", a.python, WORK, str(a.rounds)], capture_output=True, text=True, check=True)
+    wall, truth = parse_work(p.stdout)
+    counts = dict.fromkeys(FUNCS, 0)
+    total = 0
+    with open(out) as f:
+        for line in f:
+            stack, _, n = line.rstrip().rpartition(" ")
+            total += int(n)
+            for fn in FUNCS:
+                if re.search(r"(^|;)%s \(" % fn, stack):
+                    counts[fn] += int(n)
+    return wall, truth, [counts[f] for f in FUNCS], total
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--osprey", required=True)
+    ap.add_argument("--python", default=sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3")))[-1:] or None)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--hz", default="100,1000")
+    ap.add_argument("--rounds", type=int, default=700)
+    a = ap.parse_args()
+    if isinstance(a.python, list):
+        a.python = a.python[0] if a.python else "python3"
+    if not shutil.which("py-spy"):
+        raise SystemExit("py-spy not found (pip install py-spy)")
+    tmp = tempfile.mkdtemp(prefix="osprey-bench-")
+    profilers = [("none", run_none), ("osprey", run_osprey),
+                 ("py-spy --nonblocking", lambda a, h, t: run_pyspy(a, h, t, False)),
+                 ("py-spy (blocking)", lambda a, h, t: run_pyspy(a, h, t, True))]
+    print("python %s, %d rounds, %d runs each, %d CPUs" % (a.python, a.rounds, a.runs, os.cpu_count()))
+    print("%-22s %6s %10s %9s %20s %9s" % ("profiler", "hz", "wall (s)", "slowdown", "samples/requested", "error"))
+    for hz in [int(h) for h in a.hz.split(",")]:
+        res = {name: [] for name, _ in profilers}
+        for _ in range(a.runs):
+            for name, fn in profilers:
+                res[name].append(fn(a, hz, tmp))
+        base = statistics.median(r[0] for r in res["none"])
+        for name, _ in profilers:
+            rs = res[name]
+            wall = statistics.median(r[0] for r in rs)
+            line = "%-22s %6d %10.3f %+8.1f%%" % (name, hz, wall, 100 * (wall / base - 1))
+            if name != "none":
+                errs, got, want = [], 0, 0
+                for w, truth, shares, samples in rs:
+                    s = sum(shares) or 1
+                    errs.append(max(abs(100 * x / s - t) for x, t in zip(shares, truth)))
+                    got += samples
+                    want += hz * w
+                line += " %20s %8.2f" % ("%d/%d (%.0f%%)" % (got, want, 100 * got / want), statistics.median(errs))
+            print(line, flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
