@@ -105,6 +105,8 @@ pub struct Discovery {
     last_primed: HashMap<i32, u64>,
     /// Priming signals sent.
     pub primes_sent: u64,
+    /// Tids listed by the previous scan.
+    listed: Vec<i32>,
     /// CPU ns of threads without a record at the last accounting.
     unsampled: HashMap<i32, u64>,
     scans: u64,
@@ -118,10 +120,16 @@ const REPRIME_NS: u64 = 100_000_000;
 
 impl Discovery {
     /// One pass: prime new threads, finish the setup of primed ones (stack
-    /// bounds, CPU clock), retire records of threads that are gone.
-    pub fn scan(&mut self, reg: &Registry) {
+    /// bounds, CPU clock), retire records of threads that are gone. Returns
+    /// the tids that appeared since the previous pass.
+    pub fn scan(&mut self, reg: &Registry) -> Vec<i32> {
         let started = sys::monotonic_ns();
-        let Ok(tids) = list_threads() else { return };
+        let Ok(tids) = list_threads() else { return vec![] };
+        let appeared: Vec<i32> = tids
+            .iter()
+            .copied()
+            .filter(|t| self.listed.binary_search(t).is_err() && !self.internal.contains(t))
+            .collect();
         let pid = sys::getpid();
         let prime = STATE.prime_signal.load(Relaxed);
         let mut maps: Option<String> = None;
@@ -163,6 +171,8 @@ impl Discovery {
                 reg.retire(tid);
             }
         });
+        self.listed = tids;
+        appeared
     }
 }
 

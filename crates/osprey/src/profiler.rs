@@ -285,7 +285,8 @@ fn agent_loop(agent: &'static Agent) {
     loop {
         let now = Instant::now();
         if now >= next_scan {
-            discovery.scan(reg);
+            let appeared = discovery.scan(reg);
+            recorder.note_threads(&appeared);
             reg.grow_if_low();
             next_scan = now + cfg.scan_interval;
         }

@@ -74,9 +74,13 @@ impl Recorder {
     pub fn drain(&mut self, reg: &Registry) {
         reg.for_each_active(|idx, rec| {
             let retired = rec.state() == state::RETIRED;
-            rec.ring.drain(|s| self.add(s));
+            // A retired record's tid is already 0: its samples still name the thread.
+            let mut tid = rec.tid.load(Relaxed);
+            rec.ring.drain(|s| {
+                tid = s.tid;
+                self.add(s)
+            });
             let lost = rec.ring_overflow.swap(0, Relaxed);
-            let tid = rec.tid.load(Relaxed);
             if lost > 0 {
                 *self.lost_ring.entry(tid).or_default() += lost;
             }
@@ -86,19 +90,23 @@ impl Recorder {
         });
     }
 
-    /// Discards everything buffered (the forked child's copy of the parent's samples).
-    pub fn discard(&mut self, reg: &Registry) {
-        reg.for_each_active(|_, rec| {
-            rec.ring.drain(|_| {});
-            rec.ring_overflow.store(0, Relaxed);
-        });
-        *self = Recorder::default();
+    /// Learns the names of threads discovery just saw appear, so a thread that
+    /// exits before its samples are drained still has its name.
+    pub fn note_threads(&mut self, tids: &[i32]) {
+        for &tid in tids {
+            if !self.names.contains_key(&tid) {
+                let name = thread_name(tid);
+                if !name.is_empty() {
+                    self.names.insert(tid, name);
+                }
+            }
+        }
     }
 
     fn add(&mut self, s: &SampleRecord) {
         self.drained += s.count as u64;
         if !self.names.contains_key(&s.tid) {
-            self.names.insert(s.tid, thread_name(s.tid));
+            self.note_threads(&[s.tid]);
         }
         let key = Key {
             trace_id: s.trace_id,
@@ -116,6 +124,13 @@ impl Recorder {
     pub fn flush(&mut self, reg: &Registry, storage: &CallTraceStorage, period_ns: u64, comments: Vec<String>) -> ProfileData {
         let collected = storage.rotate();
         self.drain(reg);
+        // Names may change after a thread starts (pthread_setname_np): refresh the living.
+        for (tid, name) in self.names.iter_mut() {
+            let now = thread_name(*tid);
+            if !now.is_empty() {
+                *name = now;
+            }
+        }
         let mut traces: HashMap<u64, (&[u64], bool)> =
             collected.traces.iter().map(|t| (t.id, (t.frames.as_slice(), t.truncated))).collect();
         // Duplicate entries of one stack were merged under one id by `rotate`.
