@@ -14,6 +14,7 @@
 //! | `OSPREY_FORK` | `continue` or `stop` profiling in a forked child | continue |
 //! | `OSPREY_CHILDREN` | `1`: programs the target execs are profiled too | 0 |
 //! | `OSPREY_LINES` | `1`: file, line and inlined frames from DWARF (costs memory at each flush) | 0 |
+//! | `OSPREY_VERBOSE` | `1`: the preloaded agent says on stderr where it wrote the last profile | 0 |
 
 use std::path::PathBuf;
 use std::time::Duration;
