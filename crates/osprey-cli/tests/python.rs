@@ -42,8 +42,10 @@ fn python(version: &str) -> Option<PathBuf> {
     }
 }
 
+/// The shared workload of osprey-python's tests (`exec` mode: 50/30/20 beside
+/// a sleeper and a compressor, prints its truth, exits 7).
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/split.py")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../osprey-python/tests/py/workload.py")
 }
 
 fn tempdir(tag: &str) -> PathBuf {
@@ -95,6 +97,7 @@ fn exec_python_split_states_and_exit_status() {
         .arg("--")
         .arg(&py)
         .arg(script())
+        .arg("exec")
         .arg(SPLIT_SECS)
         .output()
         .unwrap();
@@ -143,7 +146,7 @@ fn exec_python_split_states_and_exit_status() {
                 for l in &loc.line {
                     let f = &p.function[(l.function_id - 1) as usize];
                     if p.string(f.name) == "f50" {
-                        assert!(p.string(f.filename).ends_with("split.py") && l.line > 0, "f50 without file:line");
+                        assert!(p.string(f.filename).ends_with("workload.py") && l.line > 0, "f50 without file:line");
                         with_lines += 1;
                     }
                 }
@@ -171,7 +174,7 @@ impl Drop for Running {
 fn attach_running_311_writes_a_profile() {
     let Some(py) = python("3.11") else { return };
     let _serial = serial();
-    let child = Running(Command::new(&py).arg(script()).arg("30").stdout(Stdio::null()).spawn().unwrap());
+    let child = Running(Command::new(&py).arg(script()).args(["exec", "30"]).stdout(Stdio::null()).spawn().unwrap());
     std::thread::sleep(Duration::from_millis(300));
     let out = tempdir("attach");
     let o = Command::new(osprey())

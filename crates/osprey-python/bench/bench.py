@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""osprey vs py-spy on one CPython workload (bench/work.py: ~5 s of fixed
+"""osprey vs py-spy on one CPython workload (tests/py/workload.py bench: ~5 s of fixed
 CPU-bound work, 50/30/20 over three functions, one thread).
 
 Usage: python3 bench.py --osprey PATH/TO/osprey [--python PY] [--runs 5]
@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORK = os.path.join(HERE, "work.py")
+WORK = os.path.join(HERE, "..", "tests", "py", "workload.py")
 FUNCS = ("f50", "f30", "f20")
 
 
@@ -35,14 +35,14 @@ def parse_work(out):
 
 
 def run_none(a, hz, tmp):
-    out = subprocess.run([a.python, WORK, str(a.rounds)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([a.python, WORK, "bench", str(a.rounds)], capture_output=True, text=True, check=True).stdout
     wall, truth = parse_work(out)
     return wall, truth, None, None
 
 
 def run_osprey(a, hz, tmp):
     d = tempfile.mkdtemp(dir=tmp)
-    p = subprocess.run([a.osprey, "exec", "--hz", str(hz), "--out", d, "--", a.python, WORK, str(a.rounds)],
+    p = subprocess.run([a.osprey, "exec", "--hz", str(hz), "--out", d, "--", a.python, WORK, "bench", str(a.rounds)],
                        capture_output=True, text=True, check=True)
     wall, truth = parse_work(p.stdout)
     files = glob.glob(os.path.join(d, "*.pb.gz"))
@@ -63,7 +63,7 @@ def run_pyspy(a, hz, tmp, blocking):
     cmd = ["py-spy", "record", "-r", str(hz), "-f", "raw", "-o", out]
     if not blocking:
         cmd.append("--nonblocking")
-    p = subprocess.run(cmd + ["--", a.python, WORK, str(a.rounds)], capture_output=True, text=True, check=True)
+    p = subprocess.run(cmd + ["--", a.python, WORK, "bench", str(a.rounds)], capture_output=True, text=True, check=True)
     wall, truth = parse_work(p.stdout)
     counts = dict.fromkeys(FUNCS, 0)
     total = 0
