@@ -69,7 +69,7 @@ type PthreadCreate = unsafe extern "C" fn(
 
 #[test]
 fn finds_thread_from_dlsym_pthread_create() {
-    let _s = SERIAL.lock().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     reset();
     let dir = out_dir();
     let p = osprey::Profiler::builder().out_dir(&dir).start().unwrap();
@@ -121,7 +121,7 @@ fn raw_monotonic_ns() -> u64 {
 
 #[test]
 fn finds_raw_clone_thread() {
-    let _s = SERIAL.lock().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     reset();
     let dir = out_dir();
     let p = osprey::Profiler::builder().out_dir(&dir).hz(1000).start().unwrap();

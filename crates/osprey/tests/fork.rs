@@ -25,7 +25,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn child_keeps_profiling_with_a_clean_registry() {
-    let _s = SERIAL.lock().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("osprey-fork-{}", std::process::id()));
     let p = osprey::Profiler::builder().out_dir(&dir).hz(1000).start().unwrap();
     // Some busy threads in the parent, so the child has records to drop.
@@ -66,7 +66,7 @@ fn child_keeps_profiling_with_a_clean_registry() {
 
 #[test]
 fn child_stops_cleanly_when_asked() {
-    let _s = SERIAL.lock().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("osprey-fork-stop-{}", std::process::id()));
     let cfg = osprey::Config { continue_after_fork: false, out_dir: dir.clone(), hz: 1000, ..Default::default() };
     let p = osprey::Profiler::builder().config(cfg).start().unwrap();

@@ -39,7 +39,7 @@ extern "C" fn busy_handler(_: libc::c_int) {}
 
 #[test]
 fn rt_signals_are_free_ones_and_restored_at_stop() {
-    let _s = SERIAL.lock().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Take the first candidate so osprey must skip it.
     let taken = libc::SIGRTMIN() + 6;
     unsafe { libc::signal(taken, busy_handler as *const () as usize) };
@@ -61,7 +61,7 @@ fn rt_signals_are_free_ones_and_restored_at_stop() {
 
 #[test]
 fn enumerating_threads_finds_all() {
-    let _s = SERIAL.lock().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let stop = Arc::new(AtomicBool::new(false));
     let tids: Vec<i32> = (0..5)
         .map(|_| {
@@ -85,7 +85,7 @@ fn enumerating_threads_finds_all() {
 
 #[test]
 fn priming_registers_once() {
-    let _s = SERIAL.lock().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = out_dir();
     // A long scan interval: this test primes by hand.
     let p = osprey::Profiler::builder().out_dir(&dir).scan_interval(Duration::from_millis(1000)).start().unwrap();
@@ -109,12 +109,15 @@ fn priming_registers_once() {
     assert!(wait_until(Duration::from_secs(2), || reg.lookup(t).is_some()), "priming did not register");
     let (idx, rec) = reg.lookup(t).unwrap();
     assert_eq!(rec.path.load(Relaxed), Path::Discovery as u32);
-    let free = reg.free_count();
+    let registered_at = rec.registered_ns.load(Relaxed);
     let primed = STATE.primed.load(Relaxed);
     sys::tgkill(sys::getpid(), t, prime);
     assert!(wait_until(Duration::from_secs(2), || STATE.primed.load(Relaxed) > primed));
     assert_eq!(reg.lookup(t).map(|x| x.0), Some(idx), "second priming changed the record");
-    assert_eq!(reg.free_count(), free, "second priming claimed a record");
+    assert_eq!(rec.registered_ns.load(Relaxed), registered_at, "second priming re-registered");
+    let mut owned = 0;
+    reg.for_each_active(|_, r| owned += (r.tid.load(Relaxed) == t) as usize);
+    assert_eq!(owned, 1, "second priming claimed another record");
     stop.store(true, Relaxed);
     h.join().unwrap();
     drop(p);
@@ -122,7 +125,7 @@ fn priming_registers_once() {
 
 #[test]
 fn sample_on_unregistered_thread_is_dropped_and_counted() {
-    let _s = SERIAL.lock().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = out_dir();
     let p = osprey::Profiler::builder().out_dir(&dir).scan_interval(Duration::from_millis(1000)).start().unwrap();
     let reg = Registry::get().unwrap();
@@ -155,7 +158,7 @@ fn sample_on_unregistered_thread_is_dropped_and_counted() {
 /// no record is ever owned by two threads at once.
 #[test]
 fn concurrent_claims_never_share_a_record() {
-    let _s = SERIAL.lock().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let reg = Registry::get_or_init(RegistryConfig::default()).unwrap();
     let dir = out_dir();
     let p = osprey::Profiler::builder().out_dir(&dir).start().unwrap();
