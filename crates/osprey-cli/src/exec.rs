@@ -19,6 +19,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     if osprey_python::is_cpython_executable(&program) {
         return run_python(&program, cmd, s);
     }
+    if is_static_elf(&program) {
+        return Err(Failure::usage(format!(
+            "{} is statically linked: the agent cannot be preloaded into it (link osprey as a library instead)",
+            cmd[0]
+        )));
+    }
     let agent = agent_library()?;
     let mut preload = agent.display().to_string();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -173,4 +179,25 @@ fn agent_library() -> Result<PathBuf, Failure> {
 
 fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| std::env::current_dir().map(|d| d.join(p)).unwrap_or(p.to_path_buf()))
+}
+
+/// An ELF executable without a program interpreter (PT_INTERP): the dynamic
+/// loader never runs, so LD_PRELOAD does nothing. Scripts and non-ELF files: false.
+fn is_static_elf(path: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(path) else { return false };
+    let u16_at = |o: usize| bytes.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
+    let u64_at = |o: usize| bytes.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize);
+    // 64-bit little-endian ELF only (the platform osprey runs on).
+    if bytes.get(..6) != Some(b"\x7fELF\x02\x01".as_slice()) {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38)) else {
+        return false;
+    };
+    const PT_INTERP: u32 = 3;
+    let has_interp = (0..phnum).any(|i| {
+        let at = phoff + i * phentsize;
+        bytes.get(at..at + 4).is_some_and(|t| u32::from_le_bytes(t.try_into().unwrap()) == PT_INTERP)
+    });
+    !has_interp
 }

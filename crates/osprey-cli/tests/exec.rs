@@ -163,6 +163,15 @@ fn bad_input_fails_before_anything_runs() {
         assert_eq!(o.status.code(), Some(2), "--hz {hz}");
         assert!(String::from_utf8_lossy(&o.stderr).contains("out of range"));
     }
+    // A static binary cannot take the preloaded agent: said up front.
+    let dir = tempdir("static");
+    let bin = dir.join("static_true");
+    std::fs::write(dir.join("t.c"), "int main(void) { return 0; }").unwrap();
+    let st = Command::new("cc").args(["-static", "-o"]).arg(&bin).arg(dir.join("t.c")).status().unwrap();
+    assert!(st.success(), "cc -static failed (needs libc6-dev's libc.a)");
+    let o = run(&["exec", "--out", out.to_str().unwrap(), "--", bin.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("statically linked"));
     assert!(profiles(&out).is_empty());
 }
 

@@ -59,8 +59,9 @@ pub extern "C" fn on_sample(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: 
     let _errno = ErrnoGuard::save();
     STATE.signals.fetch_add(1, Relaxed);
     let Some(reg) = Registry::get() else { return };
-    let _depth = DepthGuard::enter(reg);
-    let Some((slot, rec)) = reg.current() else {
+    let me = sys::gettid();
+    let _depth = DepthGuard::enter(reg, me);
+    let Some((slot, rec)) = reg.lookup(me) else {
         reg.dropped_unregistered.fetch_add(1, Relaxed);
         return;
     };
@@ -119,7 +120,7 @@ pub extern "C" fn on_prime(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *
     let _errno = ErrnoGuard::save();
     STATE.primed.fetch_add(1, Relaxed);
     let Some(reg) = Registry::get() else { return };
-    let _depth = DepthGuard::enter(reg);
+    let _depth = DepthGuard::enter(reg, sys::gettid());
     if let Some((_, rec)) = reg.claim_current(Path::Discovery) {
         // SAFETY: `uc` is the ucontext of this SA_SIGINFO handler.
         let sp = unsafe { Regs::from_ucontext(uc) }.sp as usize;
@@ -132,8 +133,8 @@ struct DepthGuard(Option<&'static std::sync::atomic::AtomicU32>);
 
 impl DepthGuard {
     #[inline(always)]
-    fn enter(reg: &'static Registry) -> Self {
-        let d = reg.handler_depth(sys::gettid());
+    fn enter(reg: &'static Registry, tid: i32) -> Self {
+        let d = reg.handler_depth(tid);
         if let Some(d) = d {
             d.fetch_add(1, Relaxed);
         }
