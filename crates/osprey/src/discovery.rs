@@ -103,8 +103,6 @@ pub struct Discovery {
     pub internal: HashSet<i32>,
     /// When each unregistered tid was last sent the priming signal.
     last_primed: HashMap<i32, u64>,
-    /// Priming signals sent.
-    pub primes_sent: u64,
     /// Tids listed by the previous scan.
     listed: Vec<i32>,
     /// CPU ns of threads without a record at the last accounting.
@@ -144,7 +142,6 @@ impl Discovery {
                     let last = self.last_primed.get(&tid).copied().unwrap_or(0);
                     if last == 0 || started.saturating_sub(last) > REPRIME_NS {
                         sys::tgkill(pid, tid, prime);
-                        self.primes_sent += 1;
                         self.last_primed.insert(tid, started);
                     }
                 }

@@ -49,8 +49,6 @@ pub struct Recorder {
     names: HashMap<i32, String>,
     start_realtime_ns: u64,
     start_mono_ns: u64,
-    /// Samples drained since creation.
-    pub drained: u64,
     /// `Registry::dropped_unregistered` at the last flush.
     unregistered_seen: u64,
 }
@@ -63,7 +61,6 @@ impl Default for Recorder {
             names: HashMap::new(),
             start_realtime_ns: sys::realtime_ns(),
             start_mono_ns: sys::monotonic_ns(),
-            drained: 0,
             unregistered_seen: Registry::get().map_or(0, |r| r.dropped_unregistered.load(Relaxed)),
         }
     }
@@ -104,7 +101,6 @@ impl Recorder {
     }
 
     fn add(&mut self, s: &SampleRecord) {
-        self.drained += s.count as u64;
         if !self.names.contains_key(&s.tid) {
             self.note_threads(&[s.tid]);
         }

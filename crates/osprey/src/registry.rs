@@ -243,18 +243,6 @@ impl Registry {
         Some(unsafe { &*base.add(index % self.segment_len) })
     }
 
-    /// Index of `rec` in the pool.
-    pub fn index_of(&self, rec: &Record) -> usize {
-        for s in 0..self.nsegments.load(Acquire) {
-            let base = self.segments[s].load(Acquire);
-            let off = (rec as *const Record as usize).wrapping_sub(base as usize) / core::mem::size_of::<Record>();
-            if (rec as *const Record as usize) >= base as usize && off < self.segment_len {
-                return s * self.segment_len + off;
-            }
-        }
-        usize::MAX
-    }
-
     #[inline(always)]
     fn tid_slot(&self, tid: i32) -> Option<&AtomicU32> {
         let t = tid as usize;
