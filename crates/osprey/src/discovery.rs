@@ -75,7 +75,7 @@ pub fn register_current() -> Option<(usize, &'static Record)> {
     // threads can outrun the collector's recycling of exited ones.
     let (idx, rec) = reg
         .claim_current(Path::ThreadStart)
-        .or_else(|| (reg.grow_now() && reg.claim_current(Path::ThreadStart).is_some()).then(|| reg.current()).flatten())?;
+        .or_else(|| if reg.grow_now() { reg.claim_current(Path::ThreadStart) } else { None })?;
     if rec.stack_hi.load(Acquire) == 0 {
         if let Some((lo, hi)) = current_stack_bounds() {
             rec.stack_lo.store(lo, Relaxed);
