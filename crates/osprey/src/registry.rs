@@ -397,17 +397,14 @@ impl Registry {
     }
 }
 
-/// The calling thread's record, registering the thread (thread-start path) if
-/// it has none. Not signal-safe: for application-side writers (context
-/// setters) and thread hooks. All signals are blocked around the claim so a
-/// priming signal cannot race it on this thread.
+/// The calling thread's record, after the full thread-start setup (record,
+/// stack bounds, CPU clock; see `discovery::register_current`, idempotent):
+/// a record claimed by the priming handler gets its setup now rather than at
+/// the next scan. Not signal-safe: for application-side writers (context
+/// setters cache the result) and thread hooks.
 pub fn current_or_register() -> Option<&'static Record> {
-    let reg = Registry::get_or_init(RegistryConfig::default()).ok()?;
-    if let Some((_, r)) = reg.current() {
-        return Some(r);
-    }
-    let _blocked = SignalBlock::all();
-    reg.claim_current(Path::ThreadStart).map(|(_, r)| r)
+    Registry::get_or_init(RegistryConfig::default()).ok()?;
+    crate::discovery::register_current().map(|(_, r)| r)
 }
 
 /// Blocks every signal on the calling thread until dropped.

@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn short_lived_thread_keeps_its_name() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("osprey-labels-{}", std::process::id()));
     let p = osprey::Profiler::builder().out_dir(&dir).hz(1000).start().unwrap();
     std::thread::sleep(Duration::from_millis(30));
@@ -34,5 +37,27 @@ fn short_lived_thread_keeps_its_name() {
         .map(|s| s.value[0])
         .sum();
     assert!(named >= 20, "only {named} samples labelled with the exited thread's name");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A thread whose first osprey call is a context write gets the whole
+/// thread-start setup (stack bounds, CPU clock), not a bare record.
+#[test]
+fn context_write_registers_the_thread_fully() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("osprey-labels-ctx-{}", std::process::id()));
+    let p = osprey::Profiler::builder().out_dir(&dir).scan_interval(Duration::from_millis(1000)).start().unwrap();
+    let (hi, fd) = std::thread::spawn(|| {
+        osprey::context::set(1, 2);
+        let (_, rec) = osprey::registry::Registry::get().unwrap().current().expect("registered by the write");
+        let r = (rec.stack_hi.load(std::sync::atomic::Ordering::Relaxed), rec.perf_fd.load(std::sync::atomic::Ordering::Relaxed));
+        osprey::discovery::unregister_current();
+        r
+    })
+    .join()
+    .unwrap();
+    drop(p);
+    assert!(hi != 0, "no stack bounds: samples would be leaf-only");
+    assert!(fd >= 0, "no CPU clock: the thread is not sampled");
     let _ = std::fs::remove_dir_all(dir);
 }
