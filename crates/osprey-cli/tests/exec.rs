@@ -4,7 +4,7 @@
 //! Needs the workspace built (`cargo build --workspace`: the agent library
 //! and the demo sit next to the `osprey` binary); `cargo xtask test` does it.
 
-use osprey::export::{self, pprof::Profile};
+use osprey_pprof::pprof::Profile;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -40,7 +40,7 @@ fn profiles(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn read_all(dir: &Path) -> Vec<Profile> {
-    profiles(dir).iter().map(|p| export::read_profile(p).unwrap()).collect()
+    profiles(dir).iter().map(|p| osprey_pprof::read_profile(p).unwrap()).collect()
 }
 
 fn compile_c(src: &str, out: &Path, extra: &[&str]) {
@@ -57,9 +57,9 @@ fn compile_c(src: &str, out: &Path, extra: &[&str]) {
     assert!(st.success(), "compiling {src}");
 }
 
-/// Cumulative share of each name among `names`, by `osprey::export::summarize`.
+/// Cumulative share of each name among `names`, by `osprey_pprof::summarize`.
 fn shares(profiles: &[Profile], names: &[&str]) -> Vec<f64> {
-    let s = export::summarize(profiles, Some("cpu")).unwrap();
+    let s = osprey_pprof::summarize(profiles, Some("cpu")).unwrap();
     let cum: Vec<f64> = names
         .iter()
         .map(|n| s.functions.iter().filter(|f| f.name.ends_with(n)).map(|f| f.cum as f64).sum())
@@ -215,7 +215,7 @@ fn program_with_its_own_sigprof_keeps_working() {
     assert!(stdout.starts_with("ticks "));
     // Its pthread_create threads registered at start: nothing lost as unregistered.
     let ps = read_all(&out);
-    let s = export::summarize(&ps, Some("samples")).unwrap();
+    let s = osprey_pprof::summarize(&ps, Some("samples")).unwrap();
     assert!(s.functions.iter().any(|f| f.name == "burn_in_thread"), "C function not symbolized");
     assert!(!s.functions.iter().any(|f| f.name.contains("not registered")), "samples dropped");
 }

@@ -4,7 +4,7 @@
 //! fails the test unless OSPREY_SKIP_MISSING_PYTHON=1. Needs the workspace
 //! built (`cargo build --workspace`), as `cargo xtask test` does.
 
-use osprey::export::{self, pprof::Profile};
+use osprey_pprof::pprof::Profile;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -62,15 +62,15 @@ fn read_profiles(dir: &Path) -> Vec<Profile> {
         .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
         .collect();
     assert!(!files.is_empty(), "no *.pb.gz in {}", dir.display());
-    files.iter().map(|f| export::read_profile(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()))).collect()
+    files.iter().map(|f| osprey_pprof::read_profile(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()))).collect()
 }
 
-fn label<'a>(p: &'a Profile, s: &export::pprof::Sample, key: &str) -> Option<(&'a str, i64)> {
+fn label<'a>(p: &'a Profile, s: &osprey_pprof::pprof::Sample, key: &str) -> Option<(&'a str, i64)> {
     s.label.iter().find(|l| p.string(l.key) == key).map(|l| (p.string(l.str), l.num))
 }
 
 /// Function names of a sample, leaf first.
-fn names<'a>(p: &'a Profile, s: &export::pprof::Sample) -> Vec<&'a str> {
+fn names<'a>(p: &'a Profile, s: &osprey_pprof::pprof::Sample) -> Vec<&'a str> {
     let mut out = Vec::new();
     for id in &s.location_id {
         let loc = &p.location[(*id - 1) as usize];
@@ -116,7 +116,7 @@ fn exec_python_split_states_and_exit_status() {
 
     let profiles = read_profiles(&out);
     // The summary (osprey's own reader) ranks f50 > f30 > f20 by CPU.
-    let summary = export::summarize(&profiles, Some("cpu")).unwrap();
+    let summary = osprey_pprof::summarize(&profiles, Some("cpu")).unwrap();
     let cum = |f: &str| summary.functions.iter().find(|s| s.name == f).map_or(0, |s| s.cum);
     let (a, b, c) = (cum("f50"), cum("f30"), cum("f20"));
     let tot = (a + b + c) as f64;
@@ -184,7 +184,7 @@ fn attach_running_311_writes_a_profile() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let profiles = read_profiles(&out);
-    let summary = export::summarize(&profiles, Some("samples")).unwrap();
+    let summary = osprey_pprof::summarize(&profiles, Some("samples")).unwrap();
     assert!(summary.functions.iter().any(|f| f.name == "f50"), "{:?}", summary.functions);
     assert!(summary.samples > 100, "{} samples", summary.samples);
 }

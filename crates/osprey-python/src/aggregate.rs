@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use osprey::export::{Frame, Label, LabelValue, ProfileData, Sample};
+use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
 
 use crate::{Sampler, ThreadSample};
 

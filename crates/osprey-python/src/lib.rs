@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use osprey::export::ProfileData;
+use osprey_pprof::ProfileData;
 
 pub use aggregate::Aggregator;
 pub use sampler::{Sampler, ThreadSample};
@@ -159,7 +159,7 @@ pub fn open_target(pid: i32) -> Result<Target, Error> {
 /// writing a profile every `opts.period` and at the end.
 pub fn attach(pid: i32, opts: &Options, stop: &AtomicBool) -> Result<Summary, Error> {
     let dir = opts.out_dir.clone();
-    attach_with_sink(pid, opts, stop, &mut |data| osprey::export::write_profile(&dir, data).map(Some))
+    attach_with_sink(pid, opts, stop, &mut |data| osprey_pprof::write_profile(&dir, data).map(Some))
 }
 
 /// [`attach`] with the flushed profiles handed to `sink` (which returns the

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use osprey::export::Frame;
+use osprey_pprof::Frame;
 
 use crate::cpuclock::TaskClock;
 use crate::stack::{read_stack, CodeCache, StackRead};

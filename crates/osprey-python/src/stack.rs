@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io;
 
-use osprey::export::Frame;
+use osprey_pprof::Frame;
 
 use crate::layout::{InstrKind, Layout, LineTable, FRAME_OWNED_BY_CSTACK};
 use crate::process::{rd_u32, rd_u64, Mem};

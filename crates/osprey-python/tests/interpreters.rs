@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use osprey::export::{Frame, LabelValue, ProfileData};
+use osprey_pprof::{Frame, LabelValue, ProfileData};
 use osprey_python::threads::Discovery;
 use osprey_python::{attach_with_sink, open_target, Method, Options};
 
@@ -43,7 +43,7 @@ fn func_names(frames: &[Frame]) -> Vec<&str> {
         .collect()
 }
 
-fn label<'a>(s: &'a osprey::export::Sample, key: &str) -> Option<&'a LabelValue> {
+fn label<'a>(s: &'a osprey_pprof::Sample, key: &str) -> Option<&'a LabelValue> {
     s.labels.iter().find(|l| l.key == key).map(|l| &l.value)
 }
 

@@ -27,7 +27,6 @@
 pub mod config;
 pub mod context;
 pub mod discovery;
-pub mod export;
 pub mod handler;
 pub mod profiler;
 pub mod recorder;

@@ -8,7 +8,7 @@
 
 use crate::config::Config;
 use crate::discovery::{self, Discovery};
-use crate::export;
+use osprey_pprof as pprof;
 use crate::handler::{self, Installed, STATE};
 use crate::recorder::Recorder;
 use crate::registry::{Registry, RegistryConfig};
@@ -330,7 +330,7 @@ fn write(agent: &Agent, recorder: &mut Recorder, reg: &Registry, storage: &CallT
     if data.samples.is_empty() {
         return None;
     }
-    match export::write_profile(&agent.cfg.out_dir, &data) {
+    match pprof::write_profile(&agent.cfg.out_dir, &data) {
         Ok(p) => Some(p),
         Err(e) => {
             eprintln!("osprey: cannot write profile to {}: {e}", agent.cfg.out_dir.display());

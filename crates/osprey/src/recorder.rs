@@ -12,7 +12,7 @@
 //! epoch stay pending until the next flush.
 
 use crate::context::{self, TAG_SLOTS};
-use crate::export::{Frame, Label, LabelValue, ProfileData, Sample};
+use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
 use crate::registry::{state, Registry};
 use crate::storage::{CallTraceStorage, SampleRecord, DROPPED_TRACE_ID};
 use crate::sys;

@@ -47,7 +47,7 @@ fn child_keeps_profiling_with_a_clean_registry() {
             burn(Duration::from_millis(500));
             let files = p.stop();
             assert_eq!(files.len(), 1, "child wrote {files:?}");
-            let prof = osprey::export::read_profile(&files[0]).unwrap();
+            let prof = osprey_pprof::read_profile(&files[0]).unwrap();
             assert!(prof.sample.iter().map(|s| s.value[0]).sum::<i64>() > 100, "child barely sampled");
         });
         unsafe { libc::_exit(if code.is_ok() { 0 } else { 1 }) };

@@ -25,7 +25,7 @@ fn short_lived_thread_keeps_its_name() {
         .join()
         .unwrap();
     let files = p.stop();
-    let prof = osprey::export::read_profile(&files[0]).unwrap();
+    let prof = osprey_pprof::read_profile(&files[0]).unwrap();
     let named: i64 = prof
         .sample
         .iter()

@@ -2,7 +2,7 @@
 //! profile written every 250 ms while two threads are sampled at 1 kHz, each
 //! thread's samples summed over all files equal the samples its handler took.
 
-use osprey::export::pprof::Profile;
+use osprey_pprof::pprof::Profile;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ fn burn(d: Duration) {
 
 /// Samples of `tid` in `p`, and how many of them osprey could not resolve to a stack.
 fn samples_of(p: &Profile, tid: i32) -> (i64, i64) {
-    let synthetic = |s: &osprey::export::pprof::Sample| {
+    let synthetic = |s: &osprey_pprof::pprof::Sample| {
         s.location_id.iter().any(|&id| {
             let loc = &p.location[id as usize - 1];
             loc.line.iter().any(|l| {
@@ -56,7 +56,7 @@ fn every_sample_taken_is_in_exactly_one_file() {
     let taken: Vec<(i32, u64)> = workers.into_iter().map(|h| h.join().unwrap()).collect();
     let files = p.stop();
     assert!(files.len() >= 4, "expected a file every 250 ms, got {}", files.len());
-    let profiles: Vec<Profile> = files.iter().map(|f| osprey::export::read_profile(f).unwrap()).collect();
+    let profiles: Vec<Profile> = files.iter().map(|f| osprey_pprof::read_profile(f).unwrap()).collect();
     for (tid, n) in taken {
         let (exported, unresolved) =
             profiles.iter().map(|p| samples_of(p, tid)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));

@@ -1,8 +1,8 @@
 //! write_profile -> read_profile on native frames of this very test binary,
 //! plus interpreted and synthetic frames and labels.
 
-use osprey::export::pprof::Profile;
-use osprey::export::{read_profile, write_profile, Frame, Label, LabelValue, ProfileData, Sample};
+use osprey_pprof::pprof::Profile;
+use osprey_pprof::{read_profile, write_profile, Frame, Label, LabelValue, ProfileData, Sample};
 use std::path::PathBuf;
 
 #[inline(never)]
@@ -238,7 +238,7 @@ fn file_names_are_unique_and_complete() {
     let raw = dir.join("raw.pb");
     std::fs::write(
         &raw,
-        prost::Message::encode_to_vec(&osprey::export::to_pprof(&data())),
+        prost::Message::encode_to_vec(&osprey_pprof::to_pprof(&data())),
     )
     .unwrap();
     assert_eq!(read_profile(&raw).unwrap().sample.len(), 4);

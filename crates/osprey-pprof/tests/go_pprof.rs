@@ -9,7 +9,7 @@
 //! `PPROF_TMPDIR` point into the test's directory so pprof writes nothing
 //! elsewhere.
 
-use osprey::export::{write_profile, Frame, Label, LabelValue, ProfileData, Sample};
+use osprey_pprof::{write_profile, Frame, Label, LabelValue, ProfileData, Sample};
 use std::path::Path;
 use std::process::Command;
 

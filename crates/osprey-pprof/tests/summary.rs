@@ -1,14 +1,10 @@
-//! `export::summary` on a hand-built profile with known numbers, and
-//! `osprey report` (osprey-cli's `report.rs`, compiled in here since a binary
-//! crate's modules cannot be reached from tests).
+//! `summary` and the `top` table on a hand-built profile with known numbers.
 
-#[path = "../../osprey-cli/src/report.rs"]
-mod report;
-
-use osprey::export::encode::encode;
-use osprey::export::maps::ProcMaps;
-use osprey::export::pprof::Profile;
-use osprey::export::{summarize, write_profile, Frame, FunctionStat, ProfileData, Sample};
+use osprey_pprof::encode::encode;
+use osprey_pprof::maps::ProcMaps;
+use osprey_pprof::pprof::Profile;
+use osprey_pprof::top::{format_value, render_top};
+use osprey_pprof::{summarize, Frame, FunctionStat, ProfileData, Sample};
 
 const MS: i64 = 1_000_000;
 
@@ -96,44 +92,18 @@ fn flat_and_cum_with_recursion() {
 
 #[test]
 fn top_table_and_values() {
-    assert_eq!(report::format_value(999, "nanoseconds"), "999ns");
-    assert_eq!(report::format_value(1_500, "nanoseconds"), "1.50us");
-    assert_eq!(report::format_value(30 * MS, "nanoseconds"), "30.00ms");
-    assert_eq!(report::format_value(2_500_000_000, "nanoseconds"), "2.50s");
-    assert_eq!(report::format_value(2048, "bytes"), "2.00KiB");
-    assert_eq!(report::format_value(42, "count"), "42");
+    assert_eq!(format_value(999, "nanoseconds"), "999ns");
+    assert_eq!(format_value(1_500, "nanoseconds"), "1.50us");
+    assert_eq!(format_value(30 * MS, "nanoseconds"), "30.00ms");
+    assert_eq!(format_value(2_500_000_000, "nanoseconds"), "2.50s");
+    assert_eq!(format_value(2048, "bytes"), "2.00KiB");
+    assert_eq!(format_value(42, "count"), "42");
     let s = summarize(&[profile()], None).unwrap();
-    let table = report::render_top(&s, 2, 1);
+    let table = render_top(&s, 2, 1);
     assert!(table.contains("Total: 100.00ms in 10 samples"), "{table}");
     assert!(table.contains("Showing top 2 of 3 functions"), "{table}");
     let rows: Vec<&str> = table.lines().skip(4).collect();
     assert_eq!(rows.len(), 2, "{table}");
     let cols: Vec<&str> = rows[0].split_whitespace().collect();
     assert_eq!(cols, ["60.00ms", "60.00%", "70.00ms", "70.00%", "b"]);
-}
-
-#[test]
-fn report_writes_a_flamegraph() {
-    let dir = std::env::temp_dir().join(format!("osprey-report-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let files = vec![
-        write_profile(&dir, &data()).unwrap(),
-        write_profile(&dir, &data()).unwrap(),
-    ];
-    let svg = dir.join("flame.svg");
-    report::run(&files, 10, Some(&svg), None).unwrap();
-    let text = std::fs::read_to_string(&svg).unwrap();
-    assert!(
-        text.contains("<svg") && text.contains("osprey"),
-        "not a flamegraph"
-    );
-    for frame in [
-        "<title>all (200,000,000 nanoseconds",
-        "<title>b (140,000,000 nanoseconds",
-        "<title>c (",
-    ] {
-        assert!(text.contains(frame), "flamegraph lacks {frame:?}");
-    }
-    assert!(report::run(&[dir.join("missing.pb.gz")], 10, None, None).is_err());
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,4 +1,6 @@
-//! Export: profile data model -> pprof (gzip) files, and reading them back.
+//! osprey's profile model and pprof files: symbolization, encoding, gzip
+//! files, reading them back, summaries. Shared by the in-process agent, the
+//! out-of-process Python sampler and `osprey report`; links neither.
 //!
 //! | file | what |
 //! |---|---|
@@ -11,8 +13,10 @@
 //! | [`file`] | file names, gzip, write-then-rename |
 //! | [`read`] | reading pprof files back |
 //! | [`summary`] | flat/cum per function, folded stacks |
+//! | [`top`] | the top-functions table of a summary |
 //!
-//! Nothing here is signal-safe: it runs on the collector thread at flush.
+//! Nothing here is signal-safe: in the agent it runs on the collector thread
+//! at flush.
 
 pub mod build_id;
 pub mod encode;
@@ -23,6 +27,7 @@ pub mod read;
 pub mod strings;
 pub mod summary;
 pub mod symbolize;
+pub mod top;
 
 pub use read::read_profile;
 pub use summary::{summarize, FunctionStat, Summary};

@@ -8,7 +8,7 @@
 //! for its stdin to close. Peak is `VmHWM` after a reset through
 //! `/proc/self/clear_refs` (Linux >= 4.0; if refused, an upper bound).
 
-use osprey::export::{read_profile, write_profile, Frame, ProfileData, Sample};
+use osprey_pprof::{read_profile, write_profile, Frame, ProfileData, Sample};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
