@@ -50,7 +50,9 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
 pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failure> {
     let cfg = check_sampling(s)?;
     let duration = match duration {
-        Some(d) if !(d > 0.0 && d.is_finite()) => return Err(Failure::usage(format!("--duration {d} must be positive"))),
+        Some(d) if !(d > 0.0 && d.is_finite()) => {
+            return Err(Failure::usage(format!("--duration {d} must be positive")))
+        }
         d => d.map(Duration::from_secs_f64),
     };
     let opts = python_options(&cfg, duration);
@@ -83,13 +85,7 @@ fn run_python(program: &Path, cmd: &[String], s: &Sampling) -> Result<u8, Failur
 }
 
 fn python_options(cfg: &osprey::Config, duration: Option<Duration>) -> osprey_python::Options {
-    osprey_python::Options {
-        hz: cfg.hz,
-        period: cfg.period,
-        out_dir: cfg.out_dir.clone(),
-        duration,
-        method: None,
-    }
+    osprey_python::Options { hz: cfg.hz, period: cfg.period, out_dir: cfg.out_dir.clone(), duration, method: None }
 }
 
 fn print_summary(s: &osprey_python::Summary) {
@@ -116,18 +112,26 @@ fn stop_on_ctrl_c() -> &'static AtomicBool {
 
 /// Validates the sampling options and the output directory before anything runs.
 fn check_sampling(s: &Sampling) -> Result<osprey::Config, Failure> {
-    if !(s.period.is_finite() && (0.1..=86_400.0).contains(&s.period)) {
-        return Err(Failure::usage(format!("--period {} is out of range (0.1-86400 seconds)", s.period)));
-    }
-    let cfg = osprey::Config {
-        hz: s.hz,
-        period: Duration::from_secs_f64(s.period),
-        out_dir: s.out.clone(),
-        ..Default::default()
-    };
-    cfg.validate().map_err(|e| Failure::usage(format!("--hz: {e}")))?;
-    osprey::profiler::check_writable(&s.out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
+    let period = Duration::try_from_secs_f64(s.period)
+        .map_err(|_| Failure::usage(format!("--period: {} is not a duration in seconds", s.period)))?;
+    let cfg = osprey::Config { hz: s.hz, period, out_dir: s.out.clone(), lines: s.lines, ..Default::default() };
+    cfg.validate().map_err(config_failure)?;
+    osprey::internals::agent::check_writable(&s.out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
     Ok(cfg)
+}
+
+/// A configuration error as the flag that caused it: `--hz: 0 Hz is out of range (1-10000)`.
+fn config_failure(e: osprey::Error) -> Failure {
+    match e {
+        osprey::Error::Config { field, reason } => {
+            let flag = match field {
+                "out_dir" => "out",
+                f => f,
+            };
+            Failure::usage(format!("--{flag}: {reason}"))
+        }
+        e => Failure::usage(e.to_string()),
+    }
 }
 
 /// Finds `name` like a shell does: a path if it has a slash, else in `$PATH`.

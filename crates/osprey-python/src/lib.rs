@@ -240,10 +240,14 @@ pub fn attach_with_sink(
     summary.retries = sampler.stats.retries;
     summary.threads_seen = sampler.stats.threads_seen.len();
     if let Some(e) = &sampler.clock_error {
-        summary.warnings.push(format!("per-thread CPU clocks unavailable ({e}): CPU time goes to runnable threads, preempted ones included"));
+        summary.warnings.push(format!(
+            "per-thread CPU clocks unavailable ({e}): CPU time goes to runnable threads, preempted ones included"
+        ));
     }
     if let Some(e) = &sampler.disc.last_ptrace_error {
-        summary.warnings.push(format!("{} ptrace failures (last: {e}); fell back to the thread lists", sampler.disc.ptrace_errors));
+        summary
+            .warnings
+            .push(format!("{} ptrace failures (last: {e}); fell back to the thread lists", sampler.disc.ptrace_errors));
     }
     Ok(summary)
 }
