@@ -1,0 +1,208 @@
+//! Finding loaded modules (`dl_iterate_phdr`) and keeping the published
+//! [`ModuleSet`] current, on the agent thread (never in a handler: this
+//! takes the loader's lock, reads files and allocates).
+
+use crate::compile::{compile_elf, compile_file};
+use crate::error::Error;
+use crate::modules::{Module, ModuleSet};
+use crate::publish::Shared;
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The loader's counters of objects ever added and removed: a change means a
+/// `dlopen` or `dlclose` happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Generation {
+    pub adds: u64,
+    pub subs: u64,
+}
+
+/// One loaded object as the loader reports it.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// File name as loaded (`""` for the main program, resolved to
+    /// `/proc/self/exe`'s target).
+    pub path: PathBuf,
+    pub bias: u64,
+    /// Executable address range (union of the `PF_X` `PT_LOAD` segments).
+    pub start: u64,
+    pub end: u64,
+    /// The whole image `[lo, hi)` in memory when it is mapped from file offset
+    /// 0 (used for the vDSO, which has no file).
+    pub image: Option<(u64, u64)>,
+}
+
+struct Scan {
+    generation: Option<Generation>,
+    objects: Vec<Loaded>,
+    only_generation: bool,
+}
+
+unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `data` is the `&mut Scan` passed to dl_iterate_phdr below, and
+    // `info` is valid for the callback's duration (loader's contract).
+    let (scan, info) = unsafe { (&mut *(data as *mut Scan), &*info) };
+    if scan.generation.is_none() && size >= std::mem::size_of::<libc::dl_phdr_info>() {
+        scan.generation = Some(Generation { adds: info.dlpi_adds, subs: info.dlpi_subs });
+    }
+    if scan.only_generation {
+        return 1;
+    }
+    let name = if info.dlpi_name.is_null() {
+        PathBuf::new()
+    } else {
+        // SAFETY: a NUL-terminated string owned by the loader.
+        PathBuf::from(unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned())
+    };
+    let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+        &[]
+    } else {
+        // SAFETY: the loader gives `dlpi_phnum` program headers at `dlpi_phdr`.
+        unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+    };
+    let (mut start, mut end, mut image) = (u64::MAX, 0, None::<(u64, u64)>);
+    for ph in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
+        let lo = info.dlpi_addr.wrapping_add(ph.p_vaddr);
+        let hi = lo.wrapping_add(ph.p_memsz);
+        if ph.p_flags & libc::PF_X != 0 {
+            start = start.min(lo);
+            end = end.max(hi);
+        }
+        if ph.p_offset == 0 && image.is_none() {
+            image = Some((lo, lo.wrapping_add(ph.p_filesz)));
+        }
+    }
+    if start < end {
+        scan.objects.push(Loaded { path: name, bias: info.dlpi_addr, start, end, image });
+    }
+    0
+}
+
+fn iterate(only_generation: bool) -> Scan {
+    let mut scan = Scan { generation: None, objects: Vec::new(), only_generation };
+    // SAFETY: `each` matches the callback contract; `scan` outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut scan as *mut Scan as *mut libc::c_void) };
+    scan
+}
+
+/// The loader's generation counters (cheap: stops at the first object).
+pub fn generation() -> Option<Generation> {
+    iterate(true).generation
+}
+
+/// Every loaded object with executable segments.
+pub fn loaded() -> (Option<Generation>, Vec<Loaded>) {
+    let mut scan = iterate(false);
+    for o in &mut scan.objects {
+        if o.path.as_os_str().is_empty() {
+            o.path = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+        }
+    }
+    (scan.generation, scan.objects)
+}
+
+/// What one [`Tracker::refresh`] did.
+#[derive(Debug, Default)]
+pub struct Refresh {
+    /// A new module set was published.
+    pub published: bool,
+    /// Modules whose tables were compiled this time.
+    pub compiled: usize,
+    /// Modules that could not be compiled (they are still in the set, with
+    /// an empty table, so their frames end the walk as truncated).
+    pub errors: Vec<Error>,
+}
+
+/// Keeps the published [`ModuleSet`] in step with the loaded objects. Owned
+/// by the agent thread; handlers only see [`Tracker::shared`].
+pub struct Tracker {
+    shared: Arc<Shared<ModuleSet>>,
+    cache: HashMap<(PathBuf, u64), Module>,
+    generation: Option<Generation>,
+    debug_root: Option<PathBuf>,
+}
+
+impl Tracker {
+    /// `debug_root`: where separate debug files are found by build id
+    /// (normally `Some(compile::DEBUG_ROOT)`).
+    pub fn new(debug_root: Option<PathBuf>) -> Tracker {
+        Tracker {
+            shared: Arc::new(Shared::new(ModuleSet::default())),
+            cache: HashMap::new(),
+            generation: None,
+            debug_root,
+        }
+    }
+
+    /// What handlers read.
+    pub fn shared(&self) -> &Arc<Shared<ModuleSet>> {
+        &self.shared
+    }
+
+    /// Rescans if the loader's generation moved (or on the first call),
+    /// compiles new modules and publishes the new set; waits for handlers
+    /// still reading the previous set before freeing it.
+    pub fn refresh(&mut self) -> Refresh {
+        let mut out = Refresh::default();
+        let generation = generation();
+        if generation.is_some() && generation == self.generation {
+            return out;
+        }
+        let (generation, objects) = loaded();
+        let mut modules = Vec::with_capacity(objects.len());
+        let mut cache = HashMap::with_capacity(objects.len());
+        for o in objects {
+            let key = (o.path.clone(), o.bias);
+            let m = match self.cache.remove(&key) {
+                Some(m) => m,
+                None => {
+                    out.compiled += 1;
+                    let compiled = match o.image.filter(|_| !o.path.is_file()) {
+                        // SAFETY (of the read inside): the vDSO image is mapped
+                        // for the process's lifetime, as the loader reports.
+                        Some((lo, hi)) => compile_image(&o.path, lo, hi, self.debug_root.as_deref()),
+                        None => compile_file(&o.path, self.debug_root.as_deref()),
+                    };
+                    let (table, build_id) = match compiled {
+                        Ok(c) => (c.table, c.build_id),
+                        Err(e) => {
+                            out.errors.push(e);
+                            Default::default()
+                        }
+                    };
+                    Module {
+                        path: o.path.clone(),
+                        start: o.start,
+                        end: o.end,
+                        bias: o.bias,
+                        build_id: build_id.map(Into::into),
+                        table: Arc::new(table),
+                    }
+                }
+            };
+            modules.push(m.clone());
+            cache.insert(key, m);
+        }
+        self.cache = cache;
+        self.generation = generation;
+        self.shared.publish(ModuleSet::new(modules));
+        out.published = true;
+        out
+    }
+}
+
+/// Compiles an object that has no file (the vDSO) from its mapped image.
+fn compile_image(
+    path: &Path,
+    lo: u64,
+    hi: u64,
+    debug_root: Option<&Path>,
+) -> crate::error::Result<crate::compile::Compiled> {
+    let len = usize::try_from(hi.saturating_sub(lo)).unwrap_or(0);
+    // SAFETY: `[lo, hi)` is the object's first PT_LOAD segment from file
+    // offset 0, mapped by the kernel/loader and never unmapped (vDSO).
+    let bytes = unsafe { std::slice::from_raw_parts(lo as *const u8, len) };
+    compile_elf(path, bytes, debug_root)
+}
