@@ -17,6 +17,7 @@ pub mod modules;
 pub mod publish;
 pub mod regs;
 pub mod scan;
+pub mod symbols;
 mod sync;
 pub mod table;
 pub mod unwind;
