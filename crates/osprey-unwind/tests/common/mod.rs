@@ -75,12 +75,17 @@ static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
 
 /// Rescans loaded modules (after `lib()` loaded) and publishes them.
 pub fn refresh() -> Arc<Shared<ModuleSet>> {
+    refresh_report().0
+}
+
+/// As [`refresh`], also telling whether a new set was published.
+pub fn refresh_report() -> (Arc<Shared<ModuleSet>>, bool) {
     let mut t = TRACKER.lock().unwrap_or_else(|e| e.into_inner());
     let t = t.get_or_insert_with(|| Tracker::new(Some(osprey_unwind::compile::DEBUG_ROOT.into())));
     let r = t.refresh();
     let _ = SHARED.set(t.shared().clone());
     assert!(r.errors.is_empty() || r.errors.iter().all(|e| e.to_string().contains("vdso")), "{:?}", r.errors);
-    t.shared().clone()
+    (t.shared().clone(), r.published)
 }
 
 pub const MAX_FRAMES: usize = 256;

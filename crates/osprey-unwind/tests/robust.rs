@@ -1,0 +1,161 @@
+//! Walks that must end cleanly: garbage stacks, pc in no module, a module
+//! set republished by a dlopen/dlclose loop while another thread unwinds
+//! through it, and a handler running on a sigaltstack.
+
+mod common;
+use common::*;
+use osprey_unwind::{unwind, CopiedStack, Regs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+
+/// xorshift: deterministic "random" words.
+fn rng(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+#[test]
+fn garbage_stacks_never_fault() {
+    let _s = serial();
+    lib();
+    let shared = refresh();
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    // Code addresses of real modules, so walks get past the first frame.
+    let pcs: Vec<u64> = shared
+        .read(|s| s.modules().iter().flat_map(|m| [m.start, (m.start + m.end) / 2, m.end - 1]).collect())
+        .unwrap();
+    let mut bytes = vec![0u8; 64 << 10];
+    let mut frames = [0u64; 64];
+    let (mut total, mut multi) = (0u64, 0u64);
+    for round in 0..2000 {
+        for w in bytes.chunks_mut(8) {
+            // Half the words look like code addresses, the rest like anything.
+            let v = if rng(&mut seed) % 2 == 0 { pcs[(rng(&mut seed) as usize) % pcs.len()] } else { rng(&mut seed) };
+            w.copy_from_slice(&v.to_le_bytes());
+        }
+        let base = 0x7ff0_0000_0000u64;
+        let stack = CopiedStack { base, bytes: &bytes };
+        let regs = Regs {
+            pc: pcs[round % pcs.len()],
+            sp: base + (rng(&mut seed) % bytes.len() as u64),
+            fp: if round % 2 == 0 { base + rng(&mut seed) % bytes.len() as u64 } else { rng(&mut seed) },
+        };
+        let walk = shared.read(|s| unwind(s, regs, |a| stack.read(a), &mut frames)).unwrap();
+        assert!(walk.len >= 1 && walk.len <= frames.len());
+        total += 1;
+        multi += (walk.len > 1) as u64;
+    }
+    assert_eq!(total, 2000);
+    // The garbage was followed some way, not just rejected at the first frame.
+    assert!(multi > 100, "only {multi} walks went past the leaf");
+}
+
+#[test]
+fn pc_in_no_module_is_truncated() {
+    let _s = serial();
+    let shared = refresh();
+    let mut frames = [0u64; 8];
+    let regs = Regs { pc: 0x10, sp: 0x1000, fp: 0 };
+    let walk = shared.read(|s| unwind(s, regs, |_| Some(0), &mut frames)).unwrap();
+    assert_eq!((walk.len, walk.truncated), (1, true));
+    let walk = shared.read(|s| unwind(s, regs, |_| None, &mut [])).unwrap();
+    assert_eq!((walk.len, walk.truncated), (0, true));
+}
+
+/// A unique copy of libframeless.so per dlopen (so the loader really maps and
+/// unmaps it).
+fn copy_lib(i: usize) -> std::ffi::CString {
+    let dst = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("libframeless-loop-{}.so", i % 4));
+    if !dst.exists() {
+        std::fs::copy(&lib().path, &dst).unwrap();
+    }
+    std::ffi::CString::new(dst.to_str().unwrap()).unwrap()
+}
+
+#[test]
+fn dlopen_dlclose_loop_while_unwinding() {
+    let _s = serial();
+    lib();
+    let shared = refresh();
+    let stop = Arc::new(AtomicBool::new(false));
+    let walks = Arc::new(AtomicU64::new(0));
+    // Unwinder: a copied stack of code addresses of whatever modules are
+    // currently published, walked at a high rate.
+    let u = {
+        let (stop, walks, shared) = (stop.clone(), walks.clone(), shared.clone());
+        std::thread::spawn(move || {
+            let mut frames = [0u64; 32];
+            let mut seed = 7u64;
+            let mut bytes = vec![0u8; 4096];
+            while !stop.load(SeqCst) {
+                shared.read(|s| {
+                    let ms = s.modules();
+                    for w in bytes.chunks_mut(8) {
+                        let m = &ms[(rng(&mut seed) as usize) % ms.len()];
+                        let v = m.start + rng(&mut seed) % (m.end - m.start);
+                        w.copy_from_slice(&v.to_le_bytes());
+                    }
+                    let stack = CopiedStack { base: 0x1000, bytes: &bytes };
+                    let m = &ms[(rng(&mut seed) as usize) % ms.len()];
+                    let regs = Regs { pc: m.start + rng(&mut seed) % (m.end - m.start), sp: 0x1000, fp: 0x1800 };
+                    unwind(s, regs, |a| stack.read(a), &mut frames)
+                });
+                walks.fetch_add(1, SeqCst);
+            }
+        })
+    };
+    let mut published = 0;
+    for i in 0..200 {
+        let name = copy_lib(i);
+        // SAFETY: loading and unloading a copy of our test library.
+        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!h.is_null());
+        published += refresh_count();
+        // SAFETY: `h` came from dlopen above.
+        assert_eq!(unsafe { libc::dlclose(h) }, 0);
+        published += refresh_count();
+    }
+    stop.store(true, SeqCst);
+    u.join().unwrap();
+    assert!(published >= 300, "the generation counters did not notice dlopen/dlclose: {published}");
+    assert!(walks.load(SeqCst) > 1000, "{} walks", walks.load(SeqCst));
+}
+
+fn refresh_count() -> usize {
+    refresh_report().1 as usize
+}
+
+#[test]
+fn handler_on_sigaltstack_unwinds_the_interrupted_stack() {
+    let _s = serial();
+    lib();
+    let set = refresh();
+    install_handler();
+    let h = std::thread::spawn(move || {
+        let mut alt = vec![0u8; 64 << 10];
+        // SAFETY: an alternate signal stack for this thread, removed below
+        // before `alt` is freed.
+        unsafe {
+            let ss = libc::stack_t { ss_sp: alt.as_mut_ptr().cast(), ss_flags: 0, ss_size: alt.len() };
+            assert_eq!(libc::sigaltstack(&ss, std::ptr::null_mut()), 0);
+        }
+        let got = on_this_thread();
+        // SAFETY: disabling the alternate stack.
+        unsafe {
+            let ss = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
+            assert_eq!(libc::sigaltstack(&ss, std::ptr::null_mut()), 0);
+        }
+        got
+    });
+    let (frames, walk) = h.join().unwrap();
+    let names = Namer::new(set).names(&frames);
+    assert!(names.iter().any(|n| n.contains("on_this_thread")), "{names:#?}");
+    assert!(!walk.truncated, "{names:#?}");
+}
+
+#[inline(never)]
+fn on_this_thread() -> (Vec<u64>, osprey_unwind::Walk) {
+    std::hint::black_box(sample_self())
+}
