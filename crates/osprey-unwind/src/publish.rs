@@ -5,26 +5,31 @@
 //! - `current` points to the published value; `epoch` counts publications;
 //!   `readers[e % 2]` counts readers that entered while `epoch == e`.
 //! - Reader ([`Shared::read`], signal-safe): load `epoch` = e, increment
-//!   `readers[e % 2]`, load `epoch` again; if it moved, undo and retry (at most
-//!   [`READ_TRIES`] times, then give up: no value this time). Then load
-//!   `current`, use it, decrement the same counter.
+//!   `readers[e % 2]`, SeqCst fence (F_r), load `epoch` again; if it moved,
+//!   undo and retry (at most [`READ_TRIES`] times, then give up: no value this
+//!   time). Then load `current`, use it, decrement the same counter.
 //! - Writer ([`Shared::publish`], one at a time under `writer`, never in a
-//!   handler): swap `current` to the new value, then `epoch` e -> e + 1, then
-//!   wait until `readers[e % 2] == 0`, then free the old value.
+//!   handler): swap `current` to the new value, bump `epoch` e -> e + 1, SeqCst
+//!   fence (F_w), wait until `readers[e % 2] == 0`, free the old value.
 //!
 //! **Invariant R**: a value is freed only after every reader that may hold it
-//! has left. Proof sketch (all accesses SeqCst): a reader that loaded the old
-//! pointer did so before the swap, so its increment and its second epoch load
-//! precede the swap, which precedes the writer's epoch bump; its second load
-//! therefore read e (the epoch just before the bump), so it counts in
-//! `readers[e % 2]`, which the writer waits on after the bump. Readers arriving
-//! after the bump count in the other slot, so the writer's wait ends once the
-//! readers in flight leave (a handler's read lasts one unwind).
+//! has left. Proof sketch: the two fences are ordered. If F_w comes first, the
+//! reader's loads after F_r see the swap and the bump: either its recheck sees
+//! the epoch moved (it retries) or it entered on the new epoch, and either way
+//! it loads the new pointer. If F_r comes first, the writer's counter load
+//! after F_w sees the reader's increment; the reader counts in `readers[e % 2]`
+//! because a reader passing its recheck with an older epoch e - 1 had its F_r
+//! before the previous writer's fence, so that writer already waited for it.
+//! Readers entering after the bump count in the other slot, so the writer's
+//! wait ends once the readers in flight leave (a handler's read lasts one
+//! unwind). Without the fences (SeqCst loads and RMWs alone) the loom model
+//! (which treats SeqCst accesses as acquire/release)
+//! finds a use after free: that store-load pattern needs them.
 //!
 //! Readers never block and never spin unboundedly (bounded retries); the
 //! writer waits (off the signal path). Loom model: `loom_tests` below.
 
-use crate::sync::{wait_step, AtomicPtr, AtomicUsize, Mutex, Ordering::SeqCst};
+use crate::sync::{fence, wait_step, AtomicPtr, AtomicUsize, Mutex, Ordering::SeqCst};
 
 /// How many times a reader retries when a publication races its entry.
 pub const READ_TRIES: u32 = 4;
@@ -71,6 +76,7 @@ impl<T> Shared<T> {
             let e = self.epoch.load(SeqCst);
             let slot = self.readers.get(e % 2)?;
             slot.fetch_add(1, SeqCst);
+            fence(SeqCst); // F_r
             if self.epoch.load(SeqCst) == e {
                 return Some(slot);
             }
@@ -85,6 +91,7 @@ impl<T> Shared<T> {
         let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.current.swap(Box::into_raw(Box::new(value)), SeqCst);
         let e = self.epoch.fetch_add(1, SeqCst);
+        fence(SeqCst); // F_w
         let slot = &self.readers[e % 2];
         let mut round = 0;
         while slot.load(SeqCst) != 0 {
