@@ -45,15 +45,24 @@ pub struct Compiled {
 /// Reads and compiles the ELF file at `path`; `debug_root` is where to look
 /// for separate debug files by build id (normally [`DEBUG_ROOT`]).
 pub fn compile_file(path: &Path, debug_root: Option<&Path>) -> Result<Compiled> {
-    let data = std::fs::read(path).map_err(|source| Error::Io { path: path.into(), source })?;
+    let data = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.into(),
+        source,
+    })?;
     compile_elf(path, &data, debug_root)
 }
 
 /// Compiles an ELF image held in memory (`path` names it in errors).
 pub fn compile_elf(path: &Path, data: &[u8], debug_root: Option<&Path>) -> Result<Compiled> {
-    let elf = |source| Error::Elf { path: path.into(), source };
+    let elf = |source| Error::Elf {
+        path: path.into(),
+        source,
+    };
     let file = object::File::parse(data).map_err(elf)?;
-    let mut out = Compiled { build_id: file.build_id().map_err(elf)?.map(<[u8]>::to_vec), ..Compiled::default() };
+    let mut out = Compiled {
+        build_id: file.build_id().map_err(elf)?.map(<[u8]>::to_vec),
+        ..Compiled::default()
+    };
     let mut rows = Vec::new();
     let mut covered = Vec::new();
 
@@ -75,8 +84,14 @@ pub fn compile_elf(path: &Path, data: &[u8], debug_root: Option<&Path>) -> Resul
     debug(&file)?;
     if let (Some(root), Some(id)) = (debug_root, out.build_id.as_deref()) {
         if let Some(dpath) = debug_file_path(root, id).filter(|p| p.is_file()) {
-            let ddata = std::fs::read(&dpath).map_err(|source| Error::Io { path: dpath.clone(), source })?;
-            let dfile = object::File::parse(&*ddata).map_err(|source| Error::Elf { path: dpath.clone(), source })?;
+            let ddata = std::fs::read(&dpath).map_err(|source| Error::Io {
+                path: dpath.clone(),
+                source,
+            })?;
+            let dfile = object::File::parse(&*ddata).map_err(|source| Error::Elf {
+                path: dpath.clone(),
+                source,
+            })?;
             debug(&dfile)?;
             out.debug_file = Some(dpath);
         }
@@ -124,7 +139,10 @@ fn eh_frame_rows(
     // The sorted index the runtime's own unwinder uses, when there is one.
     if let Some(hdr) = hdr {
         let hdr_bases = bases.clone().set_eh_frame_hdr(hdr.address());
-        let parsed = hdr.data().ok().and_then(|d| EhFrameHdr::new(d, LittleEndian).parse(&hdr_bases, 8).ok());
+        let parsed = hdr
+            .data()
+            .ok()
+            .and_then(|d| EhFrameHdr::new(d, LittleEndian).parse(&hdr_bases, 8).ok());
         if let Some(table) = parsed.as_ref().and_then(|p| p.table()) {
             let mut it = table.iter(&hdr_bases);
             while let Ok(Some((_, ptr))) = it.next() {
@@ -160,7 +178,9 @@ fn debug_frame_rows(bytes: &[u8], covered: &[(u64, u64)], rows: &mut Vec<(u64, u
     let mut n = 0;
     while let Ok(Some(entry)) = entries.next() {
         let CieOrFde::Fde(partial) = entry else { continue };
-        let Ok(fde) = partial.parse(DebugFrame::cie_from_offset) else { continue };
+        let Ok(fde) = partial.parse(DebugFrame::cie_from_offset) else {
+            continue;
+        };
         let (lo, hi) = (fde.initial_address(), fde.end_address());
         let i = covered.partition_point(|c| c.1 <= lo);
         if covered.get(i).is_some_and(|c| c.0 < hi) {
@@ -209,7 +229,9 @@ pub(crate) fn rule_of(row: &UnwindTableRow<usize>) -> Rule {
         _ => return Rule::STOP,
     };
     // The return address sits at CFA - 8, above the register the CFA is based on.
-    let Ok(offset @ 8..) = u64::try_from(offset) else { return Rule::STOP };
+    let Ok(offset @ 8..) = u64::try_from(offset) else {
+        return Rule::STOP;
+    };
     let rbp = match row.register(X86_64::RBP) {
         None | Some(RegisterRule::SameValue) | Some(RegisterRule::Undefined) => None,
         Some(RegisterRule::Offset(o)) if o < 0 && o % 8 == 0 => Some(o.unsigned_abs() / 8),

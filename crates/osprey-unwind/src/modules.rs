@@ -41,7 +41,9 @@ impl ModuleSet {
             }
             keep
         });
-        ModuleSet { modules: modules.into() }
+        ModuleSet {
+            modules: modules.into(),
+        }
     }
 
     pub fn modules(&self) -> &[Module] {

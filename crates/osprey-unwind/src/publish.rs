@@ -157,7 +157,10 @@ mod tests {
     }
 
     fn probe(v: u64) -> Probe {
-        Probe { alive: AtomicBool::new(true), payload: vec![v; 64] }
+        Probe {
+            alive: AtomicBool::new(true),
+            payload: vec![v; 64],
+        }
     }
 
     #[test]
@@ -169,7 +172,7 @@ mod tests {
                 let (s, stop) = (s.clone(), stop.clone());
                 std::thread::spawn(move || {
                     let mut reads = 0u64;
-                    while !stop.load(SeqCst) {
+                    while !stop.load(SeqCst) || reads < 1000 {
                         s.read(|p| {
                             let first = p.payload[0];
                             std::hint::spin_loop();
@@ -218,7 +221,10 @@ mod loom_tests {
 
     fn check(s: &Shared<Probe>) -> Option<usize> {
         s.read(|p| {
-            assert!(p.0.load(std::sync::atomic::Ordering::SeqCst), "reader saw a reclaimed value");
+            assert!(
+                p.0.load(std::sync::atomic::Ordering::SeqCst),
+                "reader saw a reclaimed value"
+            );
             p.1
         })
     }

@@ -45,7 +45,10 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut
     // `info` is valid for the callback's duration (loader's contract).
     let (scan, info) = unsafe { (&mut *(data as *mut Scan), &*info) };
     if scan.generation.is_none() && size >= std::mem::size_of::<libc::dl_phdr_info>() {
-        scan.generation = Some(Generation { adds: info.dlpi_adds, subs: info.dlpi_subs });
+        scan.generation = Some(Generation {
+            adds: info.dlpi_adds,
+            subs: info.dlpi_subs,
+        });
     }
     if scan.only_generation {
         return 1;
@@ -75,13 +78,23 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut
         }
     }
     if start < end {
-        scan.objects.push(Loaded { path: name, bias: info.dlpi_addr, start, end, image });
+        scan.objects.push(Loaded {
+            path: name,
+            bias: info.dlpi_addr,
+            start,
+            end,
+            image,
+        });
     }
     0
 }
 
 fn iterate(only_generation: bool) -> Scan {
-    let mut scan = Scan { generation: None, objects: Vec::new(), only_generation };
+    let mut scan = Scan {
+        generation: None,
+        objects: Vec::new(),
+        only_generation,
+    };
     // SAFETY: `each` matches the callback contract; `scan` outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(each), &mut scan as *mut Scan as *mut libc::c_void) };
     scan

@@ -103,13 +103,21 @@ impl std::fmt::Debug for Rule {
     }
 }
 
+/// log2 of the page size of the lookup index.
+const PAGE_SHIFT: u32 = 12;
+
 /// Compiled table of one module, addresses relative to `base` (an ELF
 /// virtual address, i.e. before the load bias).
+///
+/// `pages[k]` is the number of entries starting before `k << PAGE_SHIFT`, so
+/// a lookup binary-searches only the few entries of one 4 KiB page (one or
+/// two cache lines) instead of the whole table.
 #[derive(Debug, Default)]
 pub struct Table {
     pub(crate) base: u64,
     pub(crate) starts: Box<[u32]>,
     pub(crate) rules: Box<[u32]>,
+    pub(crate) pages: Box<[u32]>,
 }
 
 impl Table {
@@ -119,8 +127,11 @@ impl Table {
     pub fn lookup(&self, svma: u64) -> Option<Rule> {
         let off = svma.checked_sub(self.base)?;
         let off = u32::try_from(off).ok()?;
-        let i = self.starts.partition_point(|&s| s <= off);
-        let i = i.checked_sub(1)?;
+        let page = (off >> PAGE_SHIFT) as usize;
+        let lo = *self.pages.get(page)? as usize;
+        let hi = self.pages.get(page + 1).map_or(self.starts.len(), |&h| h as usize);
+        let within = self.starts.get(lo..hi)?.partition_point(|&s| s <= off);
+        let i = (lo + within).checked_sub(1)?;
         self.rules.get(i).map(|&r| Rule(r))
     }
 
@@ -135,7 +146,7 @@ impl Table {
 
     /// Heap bytes held by the table.
     pub fn heap_bytes(&self) -> usize {
-        (self.starts.len() + self.rules.len()) * 4
+        (self.starts.len() + self.rules.len() + self.pages.len()) * 4
     }
 
     /// Builds a table from rows `(start, end, rule)` in ELF virtual addresses,
@@ -186,8 +197,16 @@ impl Table {
             end = row_end;
         }
         push(end, Rule::STOP, &mut starts, &mut rules)?;
-        // The very first entry may be a `Stop` pushed at `base` for nothing.
-        Some(Table { base, starts: starts.into(), rules: rules.into() })
+        let last = starts.last().copied().unwrap_or(0);
+        let pages = (0..=(last >> PAGE_SHIFT) + 1)
+            .map(|k| starts.partition_point(|&s| u64::from(s) < u64::from(k) << PAGE_SHIFT) as u32)
+            .collect();
+        Some(Table {
+            base,
+            starts: starts.into(),
+            rules: rules.into(),
+            pages,
+        })
     }
 }
 
@@ -204,7 +223,10 @@ mod tests {
         let r = Rule::cfa(Kind::Rbp, 16, Some(2)).unwrap();
         assert_eq!((r.kind(), r.cfa_offset(), r.rbp_below_cfa()), (Kind::Rbp, 16, Some(16)));
         let r = Rule::cfa(Kind::Rsp, MAX_CFA_OFFSET, None).unwrap();
-        assert_eq!((r.kind(), r.cfa_offset(), r.rbp_below_cfa()), (Kind::Rsp, MAX_CFA_OFFSET, None));
+        assert_eq!(
+            (r.kind(), r.cfa_offset(), r.rbp_below_cfa()),
+            (Kind::Rsp, MAX_CFA_OFFSET, None)
+        );
         assert!(Rule::cfa(Kind::Rsp, MAX_CFA_OFFSET + 1, None).is_none());
         assert!(Rule::cfa(Kind::Rsp, 8, Some(256)).is_none());
     }

@@ -7,9 +7,9 @@
 //! may be read (the thread's stack, or a copied stack out of process).
 //!
 //! Stack use: [`unwind`] keeps five words of state (pc, sp, fp, len, leaf)
-//! plus the closure; its frame is 88 bytes in a release build with the
-//! stack reader of [`crate::regs::StackReader`] inlined, measured with
-//! `tests/stack_use.rs`. The frames array is the caller's.
+//! plus the closure's captures and no arrays; it calls nothing that is not
+//! inlined (lookups are binary searches over slices). Its frame has not been
+//! measured yet (target: under 512 bytes); the frames array is the caller's.
 //!
 //! The walk ends with `truncated = false` only at an outermost frame (CFI says
 //! the return address is undefined, or it is 0). It ends with
@@ -49,23 +49,31 @@ pub fn unwind<F: FnMut(u64) -> Option<u64>>(set: &ModuleSet, regs: Regs, mut rea
     let mut leaf = true;
     let truncated = |len| Walk { len, truncated: true };
     loop {
-        let Some(slot) = frames.get_mut(len) else { return truncated(len) };
+        let Some(slot) = frames.get_mut(len) else {
+            return truncated(len);
+        };
         *slot = pc;
         len += 1;
         let at = if leaf { pc } else { pc.wrapping_sub(1) };
-        let Some(rule) = set.rule_for(at) else { return truncated(len) };
+        let Some(rule) = set.rule_for(at) else {
+            return truncated(len);
+        };
         let base = match rule.kind() {
             Kind::Rsp => sp,
             Kind::Rbp => fp,
             Kind::End => return Walk { len, truncated: false },
             Kind::Stop => return truncated(len),
         };
-        let Some(cfa) = base.checked_add(rule.cfa_offset()) else { return truncated(len) };
+        let Some(cfa) = base.checked_add(rule.cfa_offset()) else {
+            return truncated(len);
+        };
         // The caller's frame is above ours: the stack pointer must grow.
         if cfa <= sp {
             return truncated(len);
         }
-        let Some(ra) = read(cfa.wrapping_sub(8)) else { return truncated(len) };
+        let Some(ra) = read(cfa.wrapping_sub(8)) else {
+            return truncated(len);
+        };
         if let Some(below) = rule.rbp_below_cfa() {
             match cfa.checked_sub(below).and_then(&mut read) {
                 Some(v) => fp = v,

@@ -24,7 +24,12 @@ fn garbage_stacks_never_fault() {
     let mut seed = 0x9e3779b97f4a7c15u64;
     // Code addresses of real modules, so walks get past the first frame.
     let pcs: Vec<u64> = shared
-        .read(|s| s.modules().iter().flat_map(|m| [m.start, (m.start + m.end) / 2, m.end - 1]).collect())
+        .read(|s| {
+            s.modules()
+                .iter()
+                .flat_map(|m| [m.start, (m.start + m.end) / 2, m.end - 1])
+                .collect()
+        })
         .unwrap();
     let mut bytes = vec![0u8; 64 << 10];
     let mut frames = [0u64; 64];
@@ -32,7 +37,11 @@ fn garbage_stacks_never_fault() {
     for round in 0..2000 {
         for w in bytes.chunks_mut(8) {
             // Half the words look like code addresses, the rest like anything.
-            let v = if rng(&mut seed) % 2 == 0 { pcs[(rng(&mut seed) as usize) % pcs.len()] } else { rng(&mut seed) };
+            let v = if rng(&mut seed) % 2 == 0 {
+                pcs[(rng(&mut seed) as usize) % pcs.len()]
+            } else {
+                rng(&mut seed)
+            };
             w.copy_from_slice(&v.to_le_bytes());
         }
         let base = 0x7ff0_0000_0000u64;
@@ -40,9 +49,15 @@ fn garbage_stacks_never_fault() {
         let regs = Regs {
             pc: pcs[round % pcs.len()],
             sp: base + (rng(&mut seed) % bytes.len() as u64),
-            fp: if round % 2 == 0 { base + rng(&mut seed) % bytes.len() as u64 } else { rng(&mut seed) },
+            fp: if round % 2 == 0 {
+                base + rng(&mut seed) % bytes.len() as u64
+            } else {
+                rng(&mut seed)
+            },
         };
-        let walk = shared.read(|s| unwind(s, regs, |a| stack.read(a), &mut frames)).unwrap();
+        let walk = shared
+            .read(|s| unwind(s, regs, |a| stack.read(a), &mut frames))
+            .unwrap();
         assert!(walk.len >= 1 && walk.len <= frames.len());
         total += 1;
         multi += (walk.len > 1) as u64;
@@ -57,7 +72,11 @@ fn pc_in_no_module_is_truncated() {
     let _s = serial();
     let shared = refresh();
     let mut frames = [0u64; 8];
-    let regs = Regs { pc: 0x10, sp: 0x1000, fp: 0 };
+    let regs = Regs {
+        pc: 0x10,
+        sp: 0x1000,
+        fp: 0,
+    };
     let walk = shared.read(|s| unwind(s, regs, |_| Some(0), &mut frames)).unwrap();
     assert_eq!((walk.len, walk.truncated), (1, true));
     let walk = shared.read(|s| unwind(s, regs, |_| None, &mut [])).unwrap();
@@ -97,9 +116,16 @@ fn dlopen_dlclose_loop_while_unwinding() {
                         let v = m.start + rng(&mut seed) % (m.end - m.start);
                         w.copy_from_slice(&v.to_le_bytes());
                     }
-                    let stack = CopiedStack { base: 0x1000, bytes: &bytes };
+                    let stack = CopiedStack {
+                        base: 0x1000,
+                        bytes: &bytes,
+                    };
                     let m = &ms[(rng(&mut seed) as usize) % ms.len()];
-                    let regs = Regs { pc: m.start + rng(&mut seed) % (m.end - m.start), sp: 0x1000, fp: 0x1800 };
+                    let regs = Regs {
+                        pc: m.start + rng(&mut seed) % (m.end - m.start),
+                        sp: 0x1000,
+                        fp: 0x1800,
+                    };
                     unwind(s, regs, |a| stack.read(a), &mut frames)
                 });
                 walks.fetch_add(1, SeqCst);
@@ -119,7 +145,10 @@ fn dlopen_dlclose_loop_while_unwinding() {
     }
     stop.store(true, SeqCst);
     u.join().unwrap();
-    assert!(published >= 300, "the generation counters did not notice dlopen/dlclose: {published}");
+    assert!(
+        published >= 300,
+        "the generation counters did not notice dlopen/dlclose: {published}"
+    );
     assert!(walks.load(SeqCst) > 1000, "{} walks", walks.load(SeqCst));
 }
 
@@ -138,13 +167,21 @@ fn handler_on_sigaltstack_unwinds_the_interrupted_stack() {
         // SAFETY: an alternate signal stack for this thread, removed below
         // before `alt` is freed.
         unsafe {
-            let ss = libc::stack_t { ss_sp: alt.as_mut_ptr().cast(), ss_flags: 0, ss_size: alt.len() };
+            let ss = libc::stack_t {
+                ss_sp: alt.as_mut_ptr().cast(),
+                ss_flags: 0,
+                ss_size: alt.len(),
+            };
             assert_eq!(libc::sigaltstack(&ss, std::ptr::null_mut()), 0);
         }
         let got = on_this_thread();
         // SAFETY: disabling the alternate stack.
         unsafe {
-            let ss = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
+            let ss = libc::stack_t {
+                ss_sp: std::ptr::null_mut(),
+                ss_flags: libc::SS_DISABLE,
+                ss_size: 0,
+            };
             assert_eq!(libc::sigaltstack(&ss, std::ptr::null_mut()), 0);
         }
         got
