@@ -33,10 +33,17 @@
 //!   cold cache p50 1114 / p99 1287; both give the same 32 frames.
 //! - Frameless C (`tests/c/frameless.c`, `gcc -O2 -fomit-frame-pointer`):
 //!
-//!   | thread | `perf record -e cpu-clock --call-graph dwarf` | osprey-unwind (from SIGPROF, in process) |
+//!   | thread | perf | osprey-unwind |
 //!   |---|---|---|
-//!   | main recursion: reaches `main` | 1107/1107 (100%) | not measured by sampling yet (the walk from the leaf through 20 frameless frames to the thread start is asserted in `tests/frameless.rs`) |
-//!   | zlib thread: reaches `fl_zlib_worker` | 1108/1109 (99.9%) | 290/297 samples in libz (97.6%), all of them to the thread start |
+//!   | main thread: reaches `main` | 1107/1107 (100%) | 423/423 (100%) |
+//!   | main thread: hot_a / hot_b / hot_c (work 50/30/20) | 49.3 / 29.8 / 20.4% | 52.2 / 30.3 / 17.5% |
+//!   | zlib thread (leaf in libz): reaches `fl_zlib_worker` | 1108/1109 (99.9%) | 290/297 (97.6%), all to the thread start |
+//!
+//!   perf: `perf record -e cpu-clock -F 1000 --call-graph dwarf ./frameless 2`
+//!   (built with `-DFL_MAIN`). osprey-unwind main thread:
+//!   `examples/sample_frameless.rs` (1 ms thread-CPU timer, unwinding in the
+//!   SIGPROF handler; `main` renamed `fl_main`); zlib thread:
+//!   `tests/frameless.rs::zlib_thread_reaches_its_caller` (300 `pthread_kill`s).
 //!
 //! # framehop or compact tables
 //! On the measurement above framehop is faster (4.5x warm, 1.3x cold) for

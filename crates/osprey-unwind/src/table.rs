@@ -104,7 +104,7 @@ impl std::fmt::Debug for Rule {
 }
 
 /// log2 of the page size of the lookup index.
-const PAGE_SHIFT: u32 = 12;
+const PAGE_SHIFT: u32 = 10;
 
 /// Compiled table of one module, addresses relative to `base` (an ELF
 /// virtual address, i.e. before the load bias).
