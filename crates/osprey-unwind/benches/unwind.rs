@@ -90,9 +90,19 @@ fn main() {
             .unwrap()
     });
     // Rule lookups alone, for the same 32 pcs (return addresses at pc - 1).
-    let pcs: Vec<u64> = ours.iter().enumerate().map(|(i, &p)| if i == 0 { p } else { p - 1 }).collect();
+    let pcs: Vec<u64> = ours
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| if i == 0 { p } else { p - 1 })
+        .collect();
     let (l50, l99) = time(|| {
-        shared.read(|set| pcs.iter().map(|&p| set.rule_for(p).map_or(0, |r| r.cfa_offset() as usize)).sum()).unwrap()
+        shared
+            .read(|set| {
+                pcs.iter()
+                    .map(|&p| set.rule_for(p).map_or(0, |r| r.cfa_offset() as usize))
+                    .sum()
+            })
+            .unwrap()
     });
     println!("32 rule lookups alone: p50 {l50:.0} ns, p99 {l99:.0} ns");
     let (ours_bytes, n_modules) = shared.read(|set| (set.table_bytes(), set.modules().len())).unwrap();

@@ -24,13 +24,13 @@
 //! ```
 //!
 //! # Measured (this machine: 2 shared cores)
-//! - Table memory: 8 bytes per entry plus a 4-byte page index per 4 KiB of
-//!   code: 1.4-1.8 MiB per MiB of `.eh_frame` (libc 1511 KiB/MiB, libstdc++
-//!   1399, libpython3.11 1775, libz 1588; `examples/tables.rs`). Compile time
-//!   16-22 ms for libc/libstdc++/libpython.
+//! - Table memory: 8 bytes per entry plus a 4-byte page index per 256 bytes
+//!   of code: 1.5-1.9 MiB per MiB of `.eh_frame` (libc 1657 KiB/MiB,
+//!   libstdc++ 1483, libpython3.11 1914, libz 1784; `examples/tables.rs`).
+//!   Compile time 15-18 ms for libc/libstdc++/libpython.
 //! - 32-deep unwind of a copied stack (`benches/unwind.rs`): compact tables
-//!   p50 1458 ns / p99 1752 ns; framehop 0.16 warm cache p50 322 / p99 368,
-//!   cold cache p50 1114 / p99 1287; both give the same 32 frames.
+//!   p50 581 ns / p99 606 ns; framehop 0.16 warm cache p50 325 / p99 390,
+//!   cold cache p50 1128 / p99 1278; both give the same 32 frames.
 //! - Frameless C (`tests/c/frameless.c`, `gcc -O2 -fomit-frame-pointer`):
 //!
 //!   | thread | perf | osprey-unwind |
@@ -46,18 +46,20 @@
 //!   `tests/frameless.rs::zlib_thread_reaches_its_caller` (300 `pthread_kill`s).
 //!
 //! # framehop or compact tables
-//! On the measurement above framehop is faster (4.5x warm, 1.3x cold) for
-//! about the same memory (it keeps `.eh_frame` + `.eh_frame_hdr`: 283 KiB
-//! against 331 KiB of tables for the same 7 modules). The compact tables are
-//! what is built here because their handler path is ours to audit (no
-//! allocation, no panic, no DWARF evaluation in the handler) and need no
-//! per-thread cache; framehop needs a preallocated cache per thread that the
-//! handler reaches without a thread-local, and evaluates CFI with gimli in the
-//! handler on a cache miss. The lookup cost of the compact tables (~45 ns a
-//! frame, dominated by the binary searches) has not been profiled further;
-//! if it cannot be brought under framehop's cold figure, switch the handler
-//! to framehop behind the same interface (`Shared<_>`, `unwind(set, regs,
-//! read, frames) -> Walk`).
+//! Compact tables. On the same stack framehop with a warm per-thread cache is
+//! 1.8x faster (p50 325 vs 581 ns), but 1.9x slower with a cold cache (1128
+//! ns): every first sample of a new stack, and most samples of a thread with
+//! varied stacks, pay that. Both are well under the 2 us target. What decides:
+//! - the handler path of the compact tables is small and ours to audit: two
+//!   bounded searches and two reads a frame, no allocation, no panic, no DWARF
+//!   evaluation; framehop runs gimli's CFI evaluator in the handler on a miss;
+//! - no per-thread state: framehop needs a preallocated cache per thread that
+//!   the handler reaches without a thread-local (the agent's thread record),
+//!   and the out-of-process Python sampler would need one per target thread;
+//! - memory is comparable: 365 KiB of tables for the 7 modules of the bench
+//!   against 284 KiB of `.eh_frame` + `.eh_frame_hdr` that framehop keeps.
+//! Getting here took two measured changes: trying the caller's module first
+//! and a 256-byte page index with start and rule in one word (1458 -> 581 ns).
 
 pub mod compile;
 pub mod error;

@@ -19,7 +19,7 @@ pub struct Module {
     pub end: u64,
     pub bias: u64,
     pub build_id: Option<Arc<[u8]>>,
-    pub table: Arc<Table>,
+    pub table: Table,
 }
 
 /// An immutable, sorted set of modules.
@@ -61,7 +61,23 @@ impl ModuleSet {
     /// code, garbage), `Some(Rule::STOP)` in a module but outside its CFI.
     #[inline]
     pub fn rule_for(&self, pc: u64) -> Option<Rule> {
-        let m = self.module_for(pc)?;
+        let mut hint = usize::MAX;
+        self.rule_near(pc, &mut hint)
+    }
+
+    /// As [`ModuleSet::rule_for`], trying module `*hint` first (callers and
+    /// callees are mostly in one module) and leaving the module found there.
+    #[inline]
+    pub fn rule_near(&self, pc: u64, hint: &mut usize) -> Option<Rule> {
+        let m = match self.modules.get(*hint).filter(|m| m.start <= pc && pc < m.end) {
+            Some(m) => m,
+            None => {
+                let i = self.modules.partition_point(|m| m.start <= pc).checked_sub(1)?;
+                let m = self.modules.get(i).filter(|m| pc < m.end)?;
+                *hint = i;
+                m
+            }
+        };
         Some(m.table.lookup(pc.wrapping_sub(m.bias)).unwrap_or(Rule::STOP))
     }
 

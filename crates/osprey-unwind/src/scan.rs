@@ -191,7 +191,7 @@ impl Tracker {
                         end: o.end,
                         bias: o.bias,
                         build_id: build_id.map(Into::into),
-                        table: Arc::new(table),
+                        table,
                     }
                 }
             };

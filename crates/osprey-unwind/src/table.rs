@@ -6,10 +6,12 @@
 //! no allocation, no panic (only `get` and `partition_point`).
 //!
 //! Invariants of a built [`Table`]:
-//! - `starts` is strictly increasing and `starts.len() == rules.len()`;
-//! - entry `i` covers `[base + starts[i], base + starts[i + 1])`; the last
+//! - `entries[i]` packs `start << 32 | rule`; starts are strictly increasing;
+//! - entry `i` covers `[base + start(i), base + start(i + 1))`; the last
 //!   entry is always a [`Kind::Stop`] gap marking the end of the last FDE, so
 //!   addresses past every FDE are never unwound with a stale rule.
+
+use std::sync::Arc;
 
 /// How to find the caller's frame from an address covered by a rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,20 +106,21 @@ impl std::fmt::Debug for Rule {
 }
 
 /// log2 of the page size of the lookup index.
-const PAGE_SHIFT: u32 = 10;
+const PAGE_SHIFT: u32 = 8;
 
 /// Compiled table of one module, addresses relative to `base` (an ELF
 /// virtual address, i.e. before the load bias).
 ///
 /// `pages[k]` is the number of entries starting before `k << PAGE_SHIFT`, so
-/// a lookup binary-searches only the few entries of one 4 KiB page (one or
-/// two cache lines) instead of the whole table.
-#[derive(Debug, Default)]
+/// a lookup searches only the few entries of one 256-byte page of code (one
+/// cache line) instead of the whole table. Start and rule share one `u64` so
+/// the rule comes with the search's last load. Cloning shares the arrays:
+/// the handler's path is module -> slice -> entry, no further pointer.
+#[derive(Debug, Default, Clone)]
 pub struct Table {
     pub(crate) base: u64,
-    pub(crate) starts: Box<[u32]>,
-    pub(crate) rules: Box<[u32]>,
-    pub(crate) pages: Box<[u32]>,
+    pub(crate) entries: Arc<[u64]>,
+    pub(crate) pages: Arc<[u32]>,
 }
 
 impl Table {
@@ -129,24 +132,27 @@ impl Table {
         let off = u32::try_from(off).ok()?;
         let page = (off >> PAGE_SHIFT) as usize;
         let lo = *self.pages.get(page)? as usize;
-        let hi = self.pages.get(page + 1).map_or(self.starts.len(), |&h| h as usize);
-        let within = self.starts.get(lo..hi)?.partition_point(|&s| s <= off);
+        let hi = self.pages.get(page + 1).map_or(self.entries.len(), |&h| h as usize);
+        // Entries starting at or before `off` are those below this key.
+        let key = (u64::from(off) << 32) | u64::from(u32::MAX);
+        // A page holds a handful of entries: a branch-free count beats a search.
+        let within = self.entries.get(lo..hi)?.iter().filter(|&&e| e <= key).count();
         let i = (lo + within).checked_sub(1)?;
-        self.rules.get(i).map(|&r| Rule(r))
+        self.entries.get(i).map(|&e| Rule(e as u32))
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.starts.len()
+        self.entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.starts.is_empty()
+        self.entries.is_empty()
     }
 
     /// Heap bytes held by the table.
     pub fn heap_bytes(&self) -> usize {
-        (self.starts.len() + self.rules.len() + self.pages.len()) * 4
+        self.entries.len() * 8 + self.pages.len() * 4
     }
 
     /// Builds a table from rows `(start, end, rule)` in ELF virtual addresses,
@@ -201,12 +207,12 @@ impl Table {
         let pages = (0..=(last >> PAGE_SHIFT) + 1)
             .map(|k| starts.partition_point(|&s| u64::from(s) < u64::from(k) << PAGE_SHIFT) as u32)
             .collect();
-        Some(Table {
-            base,
-            starts: starts.into(),
-            rules: rules.into(),
-            pages,
-        })
+        let entries = starts
+            .iter()
+            .zip(&rules)
+            .map(|(&s, &r)| (u64::from(s) << 32) | u64::from(r))
+            .collect();
+        Some(Table { base, entries, pages })
     }
 }
 

@@ -47,6 +47,7 @@ pub fn unwind<F: FnMut(u64) -> Option<u64>>(set: &ModuleSet, regs: Regs, mut rea
     // Only the leaf's pc is exact: a return address is looked up at pc - 1,
     // inside the call instruction (which may be a function's last).
     let mut leaf = true;
+    let mut module = usize::MAX;
     let truncated = |len| Walk { len, truncated: true };
     loop {
         let Some(slot) = frames.get_mut(len) else {
@@ -55,7 +56,7 @@ pub fn unwind<F: FnMut(u64) -> Option<u64>>(set: &ModuleSet, regs: Regs, mut rea
         *slot = pc;
         len += 1;
         let at = if leaf { pc } else { pc.wrapping_sub(1) };
-        let Some(rule) = set.rule_for(at) else {
+        let Some(rule) = set.rule_near(at, &mut module) else {
             return truncated(len);
         };
         let base = match rule.kind() {
