@@ -58,6 +58,7 @@
 //!   and the out-of-process Python sampler would need one per target thread;
 //! - memory is comparable: 365 KiB of tables for the 7 modules of the bench
 //!   against 284 KiB of `.eh_frame` + `.eh_frame_hdr` that framehop keeps.
+//!
 //! Getting here took two measured changes: trying the caller's module first
 //! and a 256-byte page index with start and rule in one word (1458 -> 581 ns).
 
