@@ -45,6 +45,33 @@ extern "C" fn snap(_: *mut libc::c_void) {
     });
 }
 
+/// Fills 16 KiB of this thread's stack below the caller with a pattern and
+/// returns its address range.
+#[inline(never)]
+fn paint() -> (u64, u64) {
+    let mut buf = [0xa5u8; 16 << 10];
+    std::hint::black_box(&mut buf);
+    (buf.as_ptr() as u64, buf.as_ptr() as u64 + buf.len() as u64)
+}
+
+/// What a handler does: enter the module set, unwind, leave.
+#[inline(never)]
+fn handler_walk(shared: &osprey_unwind::Shared<osprey_unwind::ModuleSet>, s: &Snapshot, frames: &mut [u64]) -> usize {
+    let stack = CopiedStack { base: s.base, bytes: &s.bytes };
+    shared.read(|set| unwind(set, s.regs, |a| stack.read(a), frames).len).unwrap_or(0)
+}
+
+/// Bytes of stack below the caller that `handler_walk` dirtied.
+#[inline(never)]
+fn stack_use(shared: &osprey_unwind::Shared<osprey_unwind::ModuleSet>, s: &Snapshot) -> u64 {
+    let mut frames = [0u64; DEPTH];
+    let (lo, hi) = paint();
+    std::hint::black_box(handler_walk(shared, s, &mut frames));
+    // SAFETY: [lo, hi) is this thread's stack, below our frame, still mapped.
+    let dirty = (lo..hi).find(|&a| unsafe { std::ptr::read_volatile(a as *const u8) } != 0xa5);
+    dirty.map_or(0, |d| hi - d)
+}
+
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() as f64 - 1.0) * p) as usize]
@@ -182,6 +209,10 @@ fn main() {
     }
     let (c50, c99) = (pct(&mut cold, 0.5), pct(&mut cold, 0.99));
 
+    println!(
+        "stack used below the caller by enter + 32-deep unwind + leave: {} bytes (frames array is the caller's)",
+        stack_use(&shared, &s)
+    );
     println!("32-deep unwind of a copied stack through frameless C ({n_modules} modules loaded), ns per unwind:");
     println!("| unwinder | p50 ns | p99 ns | unwind data kept (KiB) |");
     println!("|---|---|---|---|");
