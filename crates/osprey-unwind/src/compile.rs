@@ -8,10 +8,12 @@
 //!    ranges `.eh_frame` does not cover.
 //!
 //! Every CFI row becomes one [`Rule`]: CFA = RSP/RBP + offset, RBP unchanged
-//! or saved at CFA - 8n, return address at CFA - 8. Rows outside that form
-//! (DWARF expressions in PLT stubs and `__restore_rt`, registers saved in
-//! registers) become `Stop`; rows whose return address is undefined
-//! (`_start`, `clone`) become `End`.
+//! or saved at CFA - 8n, return address at CFA - 8. The lazy-binding PLT's
+//! CFA expression (a function of `rip & 15`) is expanded into plain rows per
+//! 16-byte stub. Other rows outside that form (DWARF expressions as in the
+//! signal trampoline `__restore_rt`, registers saved in registers) become
+//! `Stop`; rows whose return address is undefined (`_start`, `clone`)
+//! become `End`.
 
 use crate::error::{Error, Result};
 use crate::table::{Kind, Rule, Table};
@@ -205,7 +207,16 @@ fn fde_rows<'d, S: UnwindSection<Slice<'d>>>(
     };
     loop {
         match table.next_row() {
-            Ok(Some(row)) => rows.push((row.start_address(), row.end_address(), rule_of(row))),
+            Ok(Some(row)) => {
+                let rule = rule_of(row);
+                if rule == Rule::STOP {
+                    if let Some(expanded) = periodic_rows(section, fde.cie().encoding(), row) {
+                        rows.extend(expanded);
+                        continue;
+                    }
+                }
+                rows.push((row.start_address(), row.end_address(), rule));
+            }
             Ok(None) => return,
             Err(_) => {
                 // Keep the rows before the malformed instruction; stop after.
@@ -213,6 +224,76 @@ fn fde_rows<'d, S: UnwindSection<Slice<'d>>>(
                 return;
             }
         }
+    }
+}
+
+/// Lazy-binding PLT stubs describe their CFA with one DWARF expression over
+/// the whole `.plt`: RSP + 8, or RSP + 16 once the stub has pushed its index,
+/// chosen by `rip & 15`. When a row's CFA is an expression of RSP and RIP only
+/// that repeats every 16 bytes (checked on the first and last 16-byte slot),
+/// expand it into plain RSP rows per slot. Other expressions stay `Stop`.
+fn periodic_rows<'d, S: UnwindSection<Slice<'d>>>(
+    section: &S,
+    encoding: gimli::Encoding,
+    row: &UnwindTableRow<usize>,
+) -> Option<Vec<(u64, u64, Rule)>> {
+    const SLOT: u64 = 16;
+    let CfaRule::Expression(expr) = row.cfa() else {
+        return None;
+    };
+    if row.register(X86_64::RA) != Some(RegisterRule::Offset(-8)) {
+        return None;
+    }
+    if !matches!(row.register(X86_64::RBP), None | Some(RegisterRule::SameValue)) {
+        return None;
+    }
+    let (start, end) = (row.start_address(), row.end_address());
+    if start % SLOT != 0 || (end - start) % SLOT != 0 || end - start > 1 << 20 || end <= start {
+        return None;
+    }
+    let expr = expr.get(section).ok()?;
+    let offset_at = |rip: u64| cfa_minus_rsp(expr.clone(), encoding, rip);
+    let offsets: Vec<u64> = (0..SLOT).map(|k| offset_at(start + k)).collect::<Option<_>>()?;
+    let last: Vec<u64> = (0..SLOT).map(|k| offset_at(end - SLOT + k)).collect::<Option<_>>()?;
+    if offsets != last || offsets.iter().any(|&o| o < 8) {
+        return None;
+    }
+    let mut rows = Vec::new();
+    for slot in (start..end).step_by(SLOT as usize) {
+        for (k, &o) in offsets.iter().enumerate() {
+            rows.push((slot + k as u64, slot + k as u64 + 1, Rule::cfa(Kind::Rsp, o, None)?));
+        }
+    }
+    Some(rows)
+}
+
+/// Evaluates a CFA expression with RSP = a fixed base and RIP = `rip`;
+/// returns CFA - RSP, or `None` if it needs anything else.
+fn cfa_minus_rsp(expr: gimli::Expression<Slice>, encoding: gimli::Encoding, rip: u64) -> Option<u64> {
+    use gimli::{EvaluationResult, Location, Value};
+    const RSP: u64 = 1 << 40;
+    let mut eval = expr.evaluation(encoding);
+    let mut step = eval.evaluate().ok()?;
+    loop {
+        match step {
+            EvaluationResult::Complete => break,
+            EvaluationResult::RequiresRegister { register, .. } => {
+                let v = match register {
+                    X86_64::RSP => RSP,
+                    X86_64::RA => rip,
+                    _ => return None,
+                };
+                step = eval.resume_with_register(Value::Generic(v)).ok()?;
+            }
+            _ => return None,
+        }
+    }
+    match eval.as_result() {
+        [gimli::Piece {
+            location: Location::Address { address },
+            ..
+        }] => address.checked_sub(RSP),
+        _ => None,
     }
 }
 

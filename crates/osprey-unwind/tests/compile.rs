@@ -1,0 +1,48 @@
+//! Tables compiled from real files built here and from the system.
+
+mod common;
+use object::{Object, ObjectSection};
+use osprey_unwind::compile::compile_file;
+use osprey_unwind::{Kind, Rule};
+
+fn section(path: &std::path::Path, name: &str) -> Option<(u64, u64)> {
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    file.section_by_name(name).map(|s| (s.address(), s.size()))
+}
+
+#[test]
+fn lazy_plt_stubs_are_expanded_per_slot() {
+    // Lazy binding (-z lazy) keeps the classic .plt with its CFA expression.
+    let lib = common::build_c("libframeless-lazy.so", &["-shared", "-fPIC", "-Wl,-z,lazy"]);
+    let (plt, size) = section(&lib, ".plt").expect(".plt");
+    assert!(size >= 48, "PLT0 and at least two stubs");
+    let t = compile_file(&lib, None).unwrap().table;
+    let rsp = |o| Some(Rule::cfa(Kind::Rsp, o, None).unwrap());
+    // PLT0 pushes one more word; each stub has pushed its index from +11 on.
+    assert_eq!(t.lookup(plt), rsp(16));
+    assert_eq!(t.lookup(plt + 6), rsp(24));
+    for stub in (plt + 16..plt + size).step_by(16) {
+        assert_eq!(t.lookup(stub), rsp(8), "stub at {stub:#x}");
+        assert_eq!(t.lookup(stub + 10), rsp(8));
+        assert_eq!(t.lookup(stub + 11), rsp(16));
+        assert_eq!(t.lookup(stub + 15), rsp(16));
+    }
+}
+
+#[test]
+fn signal_trampoline_stops() {
+    // glibc's __restore_rt is described with DWARF expressions: not expressible.
+    let libc = std::path::Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    let data = std::fs::read(libc).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    // libc has no .symtab here: find the trampoline by its code,
+    // `mov $15, %eax; syscall` (rt_sigreturn).
+    let text = file.section_by_name(".text").unwrap();
+    let code = text.data().unwrap();
+    let pat = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+    let at = code.windows(pat.len()).position(|w| w == pat).expect("__restore_rt");
+    let t = compile_file(libc, None).unwrap().table;
+    let pc = text.address() + at as u64;
+    assert_eq!(t.lookup(pc).map(|r| r.kind()), Some(Kind::Stop), "{:?}", t.lookup(pc));
+}
