@@ -252,7 +252,7 @@ fn periodic_rows<'d, S: UnwindSection<Slice<'d>>>(
         return None;
     }
     let expr = expr.get(section).ok()?;
-    let offset_at = |rip: u64| cfa_minus_rsp(expr.clone(), encoding, rip);
+    let offset_at = |rip: u64| cfa_minus_rsp(expr, encoding, rip);
     let offsets: Vec<u64> = (0..SLOT).map(|k| offset_at(start + k)).collect::<Option<_>>()?;
     let last: Vec<u64> = (0..SLOT).map(|k| offset_at(end - SLOT + k)).collect::<Option<_>>()?;
     if offsets != last || offsets.iter().any(|&o| o < 8) {
