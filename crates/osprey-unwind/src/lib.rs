@@ -44,6 +44,23 @@
 //!   `examples/sample_frameless.rs` (1 ms thread-CPU timer, unwinding in the
 //!   SIGPROF handler; `main` renamed `fl_main`); zlib thread:
 //!   `tests/frameless.rs::zlib_thread_reaches_its_caller` (300 `pthread_kill`s).
+//! - Real programs from Debian packages (stripped, no frame pointers), main
+//!   thread. perf: samples reaching `__libc_start_call_main` (the caller of
+//!   `main`; `perf record -e cpu-clock -F 500 --call-graph dwarf`).
+//!   osprey-unwind: samples whose walk is complete to `_start`
+//!   (`examples/preload_sampler.rs`, `LD_PRELOAD`, 500 Hz process CPU timer).
+//!
+//!   | program | perf --call-graph dwarf | osprey-unwind |
+//!   |---|---|---|
+//!   | frameless C (`-DFL_MAIN`) | 1107/1107 (100%) | 282/282 (100%) |
+//!   | `xz -6 -T1 -c` (9.3 MiB text) | 7051/7051 (100%) | 3733/3737 (99.9%) |
+//!   | `zstd -19 --single-thread -c` | 6743/6743 (100%) | 3587/3588 (100%) |
+//!   | `sqlite3 :memory:` recursive CTE | 555/556 (99.8%) | 273/277 (98.6%) |
+//!
+//!   In process, a thread inside the library, reaching the Rust caller
+//!   (`tests/real_libs.rs`, 200 `pthread_kill`s): liblzma 195/195, libzstd
+//!   194/196, libsqlite3 159/162 (before expanding the PLT's CFA expression:
+//!   148/168, sqlite calls its own exports through the PLT).
 //!
 //! # framehop or compact tables
 //! Compact tables. On the same stack framehop with a warm per-thread cache is

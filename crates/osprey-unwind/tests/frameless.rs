@@ -130,3 +130,42 @@ fn namer_module_is(_name: &str, pc: u64, _l: &Lib) -> bool {
     let f = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy();
     f.contains("libz.so")
 }
+
+#[test]
+fn frameless_leaf_gives_its_caller() {
+    let _s = serial();
+    let l = lib();
+    let set = refresh();
+    install_handler();
+    let worker: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void = l.sym("fl_spin_worker");
+    let stop: *mut libc::c_int = l.sym("fl_stop");
+    // SAFETY: starting the C worker on a plain pthread; `fl_stop` is its flag.
+    let t = unsafe {
+        *stop = 0;
+        let mut t: libc::pthread_t = std::mem::zeroed();
+        assert_eq!(
+            libc::pthread_create(&mut t, std::ptr::null(), worker, std::ptr::null_mut()),
+            0
+        );
+        t
+    };
+    STACK_HI.store(stack_hi(t), SeqCst);
+    let mut namer = Namer::new(set);
+    let (mut in_leaf, mut right) = (0, 0);
+    for _ in 0..200 {
+        let (frames, walk) = sample(t);
+        let names = namer.names(&frames);
+        if names.first().is_some_and(|n| n == "fl_spin_leaf") {
+            in_leaf += 1;
+            right += (names.get(1).is_some_and(|n| n == "fl_spin_worker") && !walk.truncated) as u32;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    // SAFETY: stop and join the worker.
+    unsafe {
+        std::ptr::write_volatile(stop, 1);
+        libc::pthread_join(t, std::ptr::null_mut());
+    }
+    assert!(in_leaf >= 100, "only {in_leaf}/200 samples in the leaf");
+    assert_eq!(right, in_leaf, "the frameless leaf's caller must be fl_spin_worker");
+}
