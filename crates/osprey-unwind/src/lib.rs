@@ -24,13 +24,29 @@
 //! ```
 //!
 //! # Measured (this machine: 2 shared cores)
-//! - Table memory: 8 bytes per entry plus a 4-byte page index per 256 bytes
-//!   of code: 1.5-1.9 MiB per MiB of `.eh_frame` (libc 1657 KiB/MiB,
-//!   libstdc++ 1483, libpython3.11 1914, libz 1784; `examples/tables.rs`).
-//!   Compile time 15-18 ms for libc/libstdc++/libpython.
-//! - 32-deep unwind of a copied stack (`benches/unwind.rs`): compact tables
-//!   p50 581 ns / p99 606 ns; framehop 0.16 warm cache p50 325 / p99 390,
-//!   cold cache p50 1128 / p99 1278; both give the same 32 frames.
+//! - Table memory: 4 bytes per entry (start within a 256-byte page + index
+//!   into the module's palette of distinct rules), 4 bytes of page index per
+//!   256 bytes of code, and the palette: 0.8-1.1 MiB per MiB of `.eh_frame`
+//!   (`examples/tables.rs`):
+//!
+//!   | module | .eh_frame KiB | entries | table KiB | KiB per MiB of .eh_frame | compile ms |
+//!   |---|---|---|---|---|---|
+//!   | libc.so.6 | 150 | 28376 | 133 | 912 | 14 |
+//!   | libstdc++.so.6 | 196 | 36444 | 159 | 828 | 14 |
+//!   | libpython3.11.so.1.0 | 334 | 75074 | 340 | 1041 | 18 |
+//!   | libz.so.1 | 6 | 1264 | 6 | 1087 | 0 |
+//!   | libsqlite3.so.0 | 137 | 31365 | 138 | 1038 | 3 |
+//!
+//! - 32-deep unwind of a copied stack (`benches/unwind.rs`, same stack,
+//!   same 7 modules, both give the same 32 frames):
+//!
+//!   | unwinder | p50 ns | p99 ns | unwind data kept |
+//!   |---|---|---|---|
+//!   | osprey-unwind compact tables | 705 | 735 | 205 KiB of tables |
+//!   | framehop 0.16, no-alloc, warm per-thread cache | 324 | 434 | 285 KiB (.eh_frame + .eh_frame_hdr) + cache |
+//!   | framehop 0.16, no-alloc, cold cache | 1117 | 1317 | same |
+//!
+//!   Handler stack use (enter + 32-deep unwind + leave): 120 bytes.
 //! - Frameless C (`tests/c/frameless.c`, `gcc -O2 -fomit-frame-pointer`):
 //!
 //!   | thread | perf | osprey-unwind |
@@ -64,20 +80,23 @@
 //!
 //! # framehop or compact tables
 //! Compact tables. On the same stack framehop with a warm per-thread cache is
-//! 1.8x faster (p50 325 vs 581 ns), but 1.9x slower with a cold cache (1128
-//! ns): every first sample of a new stack, and most samples of a thread with
-//! varied stacks, pay that. Both are well under the 2 us target. What decides:
+//! 2.2x faster (p50 324 vs 705 ns), but 1.6x slower with a cold cache (1117
+//! ns), which every first sample of a stack, and most samples of a thread
+//! with varied stacks, pay. Both are well under the 2 us target. What decides:
 //! - the handler path of the compact tables is small and ours to audit: two
-//!   bounded searches and two reads a frame, no allocation, no panic, no DWARF
-//!   evaluation; framehop runs gimli's CFI evaluator in the handler on a miss;
+//!   short bounded scans and two reads a frame, no allocation, no panic, no
+//!   DWARF evaluation; framehop runs gimli's CFI evaluator in the handler on
+//!   a cache miss;
 //! - no per-thread state: framehop needs a preallocated cache per thread that
 //!   the handler reaches without a thread-local (the agent's thread record),
 //!   and the out-of-process Python sampler would need one per target thread;
-//! - memory is comparable: 365 KiB of tables for the 7 modules of the bench
-//!   against 284 KiB of `.eh_frame` + `.eh_frame_hdr` that framehop keeps.
+//! - memory: 205 KiB of tables against the 285 KiB of `.eh_frame` +
+//!   `.eh_frame_hdr` framehop keeps for the same modules.
 //!
-//! Getting here took two measured changes: trying the caller's module first
-//! and a 256-byte page index with start and rule in one word (1458 -> 581 ns).
+//! How the figure moved (each step measured with `benches/unwind.rs`): plain
+//! binary search over `u32` starts 1458 ns; trying the caller's module first
+//! and a 256-byte page index with start and rule in one `u64` 581 ns; entries
+//! packed to 4 bytes with a rule palette 705 ns (tables 365 -> 205 KiB).
 
 pub mod compile;
 pub mod error;

@@ -112,16 +112,25 @@ const PAGE_SHIFT: u32 = 8;
 /// virtual address, i.e. before the load bias).
 ///
 /// `pages[k]` is the number of entries starting before `k << PAGE_SHIFT`, so
-/// a lookup searches only the few entries of one 256-byte page of code (one
-/// cache line) instead of the whole table. Start and rule share one `u64` so
-/// the rule comes with the search's last load. Cloning shares the arrays:
-/// the handler's path is module -> slice -> entry, no further pointer.
+/// a lookup scans only the few entries of one 256-byte page of code (one
+/// cache line) instead of searching the whole table. An entry is 4 bytes:
+/// its start's offset inside its page (high 8 bits) and an index into
+/// `palette`, the module's distinct rules (a few hundred). Cloning shares the
+/// arrays: the handler's path is module -> slices -> entry -> palette.
 #[derive(Debug, Default, Clone)]
 pub struct Table {
     pub(crate) base: u64,
-    pub(crate) entries: Arc<[u64]>,
+    pub(crate) entries: Arc<[u32]>,
     pub(crate) pages: Arc<[u32]>,
+    pub(crate) palette: Arc<[u32]>,
 }
+
+const IN_PAGE_SHIFT: u32 = 24;
+const INDEX_MASK: u32 = (1 << IN_PAGE_SHIFT) - 1;
+const _: () = assert!(
+    PAGE_SHIFT <= 32 - IN_PAGE_SHIFT,
+    "the in-page offset must fit the entry's high bits"
+);
 
 impl Table {
     /// The rule covering ELF virtual address `svma`; `None` outside every FDE
@@ -133,12 +142,28 @@ impl Table {
         let page = (off >> PAGE_SHIFT) as usize;
         let lo = *self.pages.get(page)? as usize;
         let hi = self.pages.get(page + 1).map_or(self.entries.len(), |&h| h as usize);
-        // Entries starting at or before `off` are those below this key.
-        let key = (u64::from(off) << 32) | u64::from(u32::MAX);
+        // This page's entries starting at or before `off` are those below this key.
+        let key = ((off & ((1 << PAGE_SHIFT) - 1)) << IN_PAGE_SHIFT) | INDEX_MASK;
         // A page holds a handful of entries: a branch-free count beats a search.
         let within = self.entries.get(lo..hi)?.iter().filter(|&&e| e <= key).count();
+        // The last of them, or the last entry of an earlier page.
         let i = (lo + within).checked_sub(1)?;
-        self.entries.get(i).map(|&e| Rule(e as u32))
+        let e = self.entries.get(i)?;
+        self.palette.get((e & INDEX_MASK) as usize).map(|&r| Rule(r))
+    }
+
+    /// Every entry as (ELF virtual address where it starts, rule), in order
+    /// (decoded the slow way: for checks and tools, not the handler).
+    pub fn iter(&self) -> impl Iterator<Item = (u64, Rule)> + '_ {
+        let pages = self.pages.len();
+        (0..pages).flat_map(move |k| {
+            let lo = self.pages[k] as usize;
+            let hi = self.pages.get(k + 1).map_or(self.entries.len(), |&h| h as usize);
+            self.entries[lo..hi].iter().map(move |&e| {
+                let start = self.base + ((k as u64) << PAGE_SHIFT) + u64::from(e >> IN_PAGE_SHIFT);
+                (start, Rule(self.palette[(e & INDEX_MASK) as usize]))
+            })
+        })
     }
 
     /// Number of entries.
@@ -152,7 +177,7 @@ impl Table {
 
     /// Heap bytes held by the table.
     pub fn heap_bytes(&self) -> usize {
-        self.entries.len() * 8 + self.pages.len() * 4
+        (self.entries.len() + self.pages.len() + self.palette.len()) * 4
     }
 
     /// Builds a table from rows `(start, end, rule)` in ELF virtual addresses,
@@ -207,12 +232,26 @@ impl Table {
         let pages = (0..=(last >> PAGE_SHIFT) + 1)
             .map(|k| starts.partition_point(|&s| u64::from(s) < u64::from(k) << PAGE_SHIFT) as u32)
             .collect();
+        let mut palette: Vec<u32> = rules.clone();
+        palette.sort_unstable();
+        palette.dedup();
+        if palette.len() > INDEX_MASK as usize {
+            return None;
+        }
         let entries = starts
             .iter()
             .zip(&rules)
-            .map(|(&s, &r)| (u64::from(s) << 32) | u64::from(r))
+            .map(|(&s, r)| {
+                let index = palette.binary_search(r).unwrap_or(0) as u32;
+                ((s & ((1 << PAGE_SHIFT) - 1)) << IN_PAGE_SHIFT) | index
+            })
             .collect();
-        Some(Table { base, entries, pages })
+        Some(Table {
+            base,
+            entries,
+            pages,
+            palette: palette.into(),
+        })
     }
 }
 

@@ -46,3 +46,37 @@ fn signal_trampoline_stops() {
     let pc = text.address() + at as u64;
     assert_eq!(t.lookup(pc).map(|r| r.kind()), Some(Kind::Stop), "{:?}", t.lookup(pc));
 }
+
+#[test]
+fn page_index_lookup_matches_a_plain_search() {
+    for lib in [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0",
+    ] {
+        let t = compile_file(lib.as_ref(), None).unwrap().table;
+        let entries: Vec<(u64, Rule)> = t.iter().collect();
+        assert_eq!(entries.len(), t.len());
+        assert!(
+            entries.windows(2).all(|w| w[0].0 < w[1].0),
+            "{lib}: starts not increasing"
+        );
+        let (lo, hi) = (entries[0].0, entries[entries.len() - 1].0);
+        let mut seed = 0x2545f4914f6cdd1du64;
+        for i in 0..200_000u64 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // Random addresses, and every entry's first and last byte.
+            let a = match i % 3 {
+                0 => lo.saturating_sub(64) + seed % (hi - lo + 128),
+                1 => entries[(seed % entries.len() as u64) as usize].0,
+                _ => entries[(seed % entries.len() as u64) as usize].0.saturating_sub(1),
+            };
+            let plain = entries
+                .partition_point(|e| e.0 <= a)
+                .checked_sub(1)
+                .map(|i| entries[i].1);
+            assert_eq!(t.lookup(a), plain, "{lib} at {a:#x}");
+        }
+    }
+}
