@@ -207,15 +207,35 @@ impl Tracker {
 }
 
 /// Compiles an object that has no file (the vDSO) from its mapped image.
+/// Its section headers lie past the segment's file size but inside the last
+/// mapped page (the kernel maps the whole image): read up to their end.
 fn compile_image(
     path: &Path,
     lo: u64,
     hi: u64,
     debug_root: Option<&Path>,
 ) -> crate::error::Result<crate::compile::Compiled> {
-    let len = usize::try_from(hi.saturating_sub(lo)).unwrap_or(0);
-    // SAFETY: `[lo, hi)` is the object's first PT_LOAD segment from file
-    // offset 0, mapped by the kernel/loader and never unmapped (vDSO).
+    const PAGE: u64 = 4096;
+    let seg = hi.saturating_sub(lo);
+    let mapped = seg.div_ceil(PAGE) * PAGE;
+    let mut len = seg;
+    if seg >= 64 {
+        // SAFETY: the first 64 bytes (the ELF header) lie in the segment,
+        // mapped for the process's lifetime (vDSO).
+        let hdr = unsafe { std::slice::from_raw_parts(lo as *const u8, 64) };
+        let u = |at: usize, n: usize| {
+            hdr.get(at..at + n)
+                .map_or(0, |b| b.iter().rev().fold(0u64, |v, &x| v << 8 | u64::from(x)))
+        };
+        let end = u(0x28, 8).saturating_add(u(0x3a, 2).saturating_mul(u(0x3c, 2)));
+        if end <= mapped {
+            len = len.max(end);
+        }
+    }
+    let len = usize::try_from(len).unwrap_or(0);
+    // SAFETY: `[lo, lo + len)` lies within the whole pages of the object's
+    // first PT_LOAD segment from file offset 0, mapped by the kernel and never
+    // unmapped (vDSO).
     let bytes = unsafe { std::slice::from_raw_parts(lo as *const u8, len) };
     compile_elf(path, bytes, debug_root)
 }

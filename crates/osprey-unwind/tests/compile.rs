@@ -80,3 +80,78 @@ fn page_index_lookup_matches_a_plain_search() {
         }
     }
 }
+
+/// Builds the frameless library with `.debug_frame` only (no `.eh_frame`),
+/// moves its debug sections to a separate file under a private
+/// `.build-id` tree, and checks the table comes from that file.
+#[test]
+fn debug_frame_from_a_separate_debug_file_by_build_id() {
+    let full = common::build_c(
+        "libframeless-debugframe.so",
+        &[
+            "-shared",
+            "-fPIC",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+            "-Wl,--build-id",
+        ],
+    );
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("debugroot");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let stripped = dir.join("libstripped.so");
+    let debug = dir.join("tmp.debug");
+    let run = |args: &[&std::ffi::OsStr]| {
+        assert!(
+            std::process::Command::new("objcopy")
+                .args(args)
+                .status()
+                .unwrap()
+                .success(),
+            "objcopy {args:?}"
+        );
+    };
+    run(&["--only-keep-debug".as_ref(), full.as_os_str(), debug.as_os_str()]);
+    run(&["--strip-debug".as_ref(), full.as_os_str(), stripped.as_os_str()]);
+
+    let alone = compile_file(&stripped, None).unwrap();
+    assert_eq!(
+        (alone.eh_fdes, alone.debug_fdes),
+        (0, 0),
+        "the stripped file has no CFI of its own"
+    );
+    let id = alone.build_id.clone().expect("build id");
+    let dest = osprey_unwind::compile::debug_file_path(&dir, &id).unwrap();
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    std::fs::rename(&debug, &dest).unwrap();
+
+    let c = compile_file(&stripped, Some(&dir)).unwrap();
+    assert_eq!(c.debug_file.as_deref(), Some(dest.as_path()));
+    assert!(c.debug_fdes >= 4, "{} FDEs from .debug_frame", c.debug_fdes);
+    // fl_recurse's body: a CFA above RSP by more than the return address.
+    let syms = osprey_unwind::symbols::Symbols::load(&full).unwrap();
+    let data = std::fs::read(&full).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let (addr, size) = object::Object::symbols(&file)
+        .find(|s| object::ObjectSymbol::name(s) == Ok("fl_recurse"))
+        .map(|s| (object::ObjectSymbol::address(&s), object::ObjectSymbol::size(&s)))
+        .unwrap();
+    assert_eq!(syms.lookup(addr).map(|s| s.0), Some("fl_recurse"));
+    let rules: Vec<Rule> = (addr..addr + size).filter_map(|a| c.table.lookup(a)).collect();
+    assert!(rules.iter().all(|r| r.kind() == Kind::Rsp), "{rules:?}");
+    assert!(rules.iter().any(|r| r.cfa_offset() > 8), "{rules:?}");
+}
+
+#[test]
+fn vdso_has_a_table() {
+    let shared = common::refresh();
+    let vdso = shared
+        .read(|s| {
+            s.modules()
+                .iter()
+                .find(|m| m.path.to_string_lossy().contains("vdso"))
+                .map(|m| m.table.len())
+        })
+        .unwrap();
+    assert!(vdso.is_some_and(|n| n > 0), "vDSO: {vdso:?}");
+}
