@@ -20,8 +20,16 @@ pub struct Symbols {
 }
 
 impl Symbols {
-    /// Reads the function symbols of an ELF file (`.symtab`, else `.dynsym`).
+    /// Reads the sized function symbols of an ELF file (`.symtab` and `.dynsym`).
     pub fn load(path: &Path) -> Result<Symbols> {
+        Symbols::load_with_debug(path, None)
+    }
+
+    /// As [`Symbols::load`], adding the `.symtab` of the separate debug file
+    /// found by build id under `debug_root` (normally
+    /// [`crate::compile::DEBUG_ROOT`]) when it is installed: stripped
+    /// libraries (libc) get their local functions back.
+    pub fn load_with_debug(path: &Path, debug_root: Option<&Path>) -> Result<Symbols> {
         let data = std::fs::read(path).map_err(|source| Error::Io {
             path: path.into(),
             source,
@@ -30,12 +38,18 @@ impl Symbols {
             path: path.into(),
             source,
         })?;
-        let mut syms: Vec<_> = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0 && s.is_definition())
-            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_owned())))
-            .collect();
+        let mut syms = Vec::new();
+        collect(&file, &mut syms);
+        let id = file.build_id().ok().flatten();
+        if let Some(dpath) = debug_root
+            .zip(id)
+            .and_then(|(root, id)| crate::compile::debug_file_path(root, id))
+        {
+            if let Ok(ddata) = std::fs::read(&dpath) {
+                let dfile = object::File::parse(&*ddata).map_err(|source| Error::Elf { path: dpath, source })?;
+                collect(&dfile, &mut syms);
+            }
+        }
         syms.sort_unstable();
         syms.dedup_by_key(|s| s.0);
         Ok(Symbols { syms })
@@ -60,6 +74,14 @@ impl Symbols {
     pub fn is_empty(&self) -> bool {
         self.syms.is_empty()
     }
+}
+
+fn collect(file: &object::File, out: &mut Vec<(u64, u64, String)>) {
+    let sized = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0 && s.is_definition());
+    out.extend(sized.filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_owned()))));
 }
 
 /// `libz.so.1+0x3a26`: the module's file name and the ELF virtual address.

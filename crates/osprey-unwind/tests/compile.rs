@@ -155,3 +155,34 @@ fn vdso_has_a_table() {
         .unwrap();
     assert!(vdso.is_some_and(|n| n > 0), "vDSO: {vdso:?}");
 }
+
+/// libc here is stripped of `.symtab`; Debian's libc6-dbg installs its
+/// debug file under /usr/lib/debug/.build-id (the CI installs it).
+#[test]
+fn symbols_from_the_separate_debug_file() {
+    use osprey_unwind::compile::{debug_file_path, DEBUG_ROOT};
+    use osprey_unwind::symbols::{module_offset_name, Symbols};
+    let libc = std::path::Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    let data = std::fs::read(libc).unwrap();
+    let id = object::File::parse(&*data)
+        .unwrap()
+        .build_id()
+        .unwrap()
+        .unwrap()
+        .to_vec();
+    let dpath = debug_file_path(DEBUG_ROOT.as_ref(), &id).unwrap();
+    let ddata = std::fs::read(&dpath).unwrap_or_else(|e| panic!("{}: {e} (apt install libc6-dbg)", dpath.display()));
+    let dfile = object::File::parse(&*ddata).unwrap();
+    let (addr, size) = object::Object::symbols(&dfile)
+        .find(|s| object::ObjectSymbol::name(s) == Ok("__libc_start_call_main"))
+        .map(|s| (object::ObjectSymbol::address(&s), object::ObjectSymbol::size(&s)))
+        .expect("__libc_start_call_main in the debug file");
+    let plain = Symbols::load(libc).unwrap();
+    assert_eq!(plain.lookup(addr + 1), None, "not in .dynsym");
+    assert_eq!(module_offset_name(libc, addr + 1), format!("libc.so.6+{:#x}", addr + 1));
+    let full = Symbols::load_with_debug(libc, Some(DEBUG_ROOT.as_ref())).unwrap();
+    assert!(full.len() > plain.len());
+    assert_eq!(full.lookup(addr + 1), Some(("__libc_start_call_main", 1)));
+    // Past its end it is not named after it.
+    assert_ne!(full.lookup(addr + size).map(|s| s.0), Some("__libc_start_call_main"));
+}
