@@ -30,12 +30,12 @@ fn tiny_thread_stack() {
         std::ptr::null_mut()
     }
     let _ = l;
-    // SAFETY: a pthread with a 64 KiB stack (the handler and the C frames
-    // need a few KiB), joined below.
+    // SAFETY: a pthread with the smallest stack allowed (16 KiB: the handler,
+    // its 2 KiB frames array and the C frames fit), joined below.
     unsafe {
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
         libc::pthread_attr_init(&mut attr);
-        assert_eq!(libc::pthread_attr_setstacksize(&mut attr, 64 << 10), 0);
+        assert_eq!(libc::pthread_attr_setstacksize(&mut attr, libc::PTHREAD_STACK_MIN), 0);
         let mut t: libc::pthread_t = std::mem::zeroed();
         assert_eq!(libc::pthread_create(&mut t, &attr, body, std::ptr::null_mut()), 0);
         libc::pthread_join(t, std::ptr::null_mut());
