@@ -239,3 +239,66 @@ fn compile_image(
     let bytes = unsafe { std::slice::from_raw_parts(lo as *const u8, len) };
     compile_elf(path, bytes, debug_root)
 }
+
+/// The executable file mappings of process `pid` from `/proc/<pid>/maps`,
+/// with their load bias from the file's program headers: what an
+/// out-of-process sampler (Python's `--native` mode, on a copied stack)
+/// builds its [`ModuleSet`] from, with [`compile_file`] for the tables.
+/// Mappings whose file cannot be read are left out.
+pub fn loaded_in(pid: u32) -> std::io::Result<Vec<Loaded>> {
+    use object::{Object, ObjectSegment};
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mut out: Vec<Loaded> = Vec::new();
+    let mut files: HashMap<PathBuf, Option<Vec<(u64, u64, u64)>>> = HashMap::new();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms), Some(off), _, _, Some(path)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        if !perms.contains('x') || !path.starts_with('/') {
+            continue;
+        }
+        let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+        let Some((Some(start), Some(end))) = range.split_once('-').map(|(a, b)| (hex(a), hex(b))) else {
+            continue;
+        };
+        let Some(off) = hex(off) else { continue };
+        let path = PathBuf::from(path);
+        // (p_offset, p_filesz, p_vaddr) of each executable PT_LOAD, read once per file.
+        let segs = files.entry(path.clone()).or_insert_with(|| {
+            let data = std::fs::read(&path).ok()?;
+            let file = object::File::parse(&*data).ok()?;
+            let exec = |s: &object::Segment| match s.flags() {
+                object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_X != 0,
+                _ => false,
+            };
+            Some(
+                file.segments()
+                    .filter(exec)
+                    .map(|s| (s.file_range().0, s.file_range().1, s.address()))
+                    .collect(),
+            )
+        });
+        let Some(segs) = segs else { continue };
+        // The mapping starts at the segment's offset rounded down to a page.
+        let page = |o: u64| o & !0xfff;
+        let Some(&(p_off, _, p_vaddr)) = segs.iter().find(|s| page(s.0) <= off && off < s.0 + s.1) else {
+            continue;
+        };
+        // File offset `off` is mapped at `start`; it is vaddr p_vaddr - p_off + off.
+        let bias = start.wrapping_sub(p_vaddr.wrapping_sub(p_off).wrapping_add(off));
+        match out.last_mut() {
+            Some(l) if l.path == path && l.bias == bias => l.end = l.end.max(end),
+            _ => out.push(Loaded {
+                path,
+                bias,
+                start,
+                end,
+                image: None,
+            }),
+        }
+    }
+    Ok(out)
+}

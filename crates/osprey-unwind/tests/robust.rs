@@ -196,3 +196,23 @@ fn handler_on_sigaltstack_unwinds_the_interrupted_stack() {
 fn on_this_thread() -> (Vec<u64>, osprey_unwind::Walk) {
     std::hint::black_box(sample_self())
 }
+
+#[test]
+fn proc_maps_agree_with_the_loader() {
+    let _s = serial();
+    lib();
+    let (_, loader) = osprey_unwind::scan::loaded();
+    let maps = osprey_unwind::scan::loaded_in(std::process::id()).unwrap();
+    let mut checked = 0;
+    for l in loader.iter().filter(|l| l.path.is_absolute() && l.path.is_file()) {
+        let canon = std::fs::canonicalize(&l.path).unwrap();
+        let m = maps
+            .iter()
+            .find(|m| std::fs::canonicalize(&m.path).ok() == Some(canon.clone()));
+        let m = m.unwrap_or_else(|| panic!("{} not in /proc/self/maps", l.path.display()));
+        assert_eq!(m.bias, l.bias, "{}", l.path.display());
+        assert!(m.start <= l.start && l.end <= m.end.max(l.end), "{}", l.path.display());
+        checked += 1;
+    }
+    assert!(checked >= 4, "only {checked} modules compared");
+}
