@@ -240,6 +240,9 @@ fn compile_image(
     compile_elf(path, bytes, debug_root)
 }
 
+/// `(p_offset, p_filesz, p_vaddr)` of an executable `PT_LOAD`.
+type ExecSegment = (u64, u64, u64);
+
 /// The executable file mappings of process `pid` from `/proc/<pid>/maps`,
 /// with their load bias from the file's program headers: what an
 /// out-of-process sampler (Python's `--native` mode, on a copied stack)
@@ -249,7 +252,7 @@ pub fn loaded_in(pid: u32) -> std::io::Result<Vec<Loaded>> {
     use object::{Object, ObjectSegment};
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let mut out: Vec<Loaded> = Vec::new();
-    let mut files: HashMap<PathBuf, Option<Vec<(u64, u64, u64)>>> = HashMap::new();
+    let mut files: HashMap<PathBuf, Option<Vec<ExecSegment>>> = HashMap::new();
     for line in maps.lines() {
         let mut f = line.split_whitespace();
         let (Some(range), Some(perms), Some(off), _, _, Some(path)) =
