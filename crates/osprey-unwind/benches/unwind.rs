@@ -57,8 +57,13 @@ fn paint() -> (u64, u64) {
 /// What a handler does: enter the module set, unwind, leave.
 #[inline(never)]
 fn handler_walk(shared: &osprey_unwind::Shared<osprey_unwind::ModuleSet>, s: &Snapshot, frames: &mut [u64]) -> usize {
-    let stack = CopiedStack { base: s.base, bytes: &s.bytes };
-    shared.read(|set| unwind(set, s.regs, |a| stack.read(a), frames).len).unwrap_or(0)
+    let stack = CopiedStack {
+        base: s.base,
+        bytes: &s.bytes,
+    };
+    shared
+        .read(|set| unwind(set, s.regs, |a| stack.read(a), frames).len)
+        .unwrap_or(0)
 }
 
 /// Bytes of stack below the caller that `handler_walk` dirtied.
