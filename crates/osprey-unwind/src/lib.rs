@@ -23,6 +23,28 @@
 //! let walk = shared.read(|set| unwind(set, regs, |a| stack.read(a), frames)); // None: raced 4 publications
 //! ```
 //!
+//! Out of process (Python's `--native` mode): build the set from
+//! [`scan::loaded_in`]`(pid)` + [`compile::compile_file`] +
+//! [`ModuleSet::new`], and unwind a copied stack with [`CopiedStack::read`].
+//!
+//! Naming (exporter, off the signal path): [`symbols::Symbols::load_with_debug`]
+//! respects symbol sizes (an address past every symbol's end gets no name)
+//! and adds the separate debug file's `.symtab`; frames without a symbol are
+//! named [`symbols::module_offset_name`] (`libz.so.1+0x3a26`, the ELF virtual
+//! address). The exporter should emit one pprof `Mapping` per [`Module`]
+//! (`memory_start/limit` = `start/end`, `file_offset` so that address - start
+//! + file_offset is the file offset, `filename` = path, `build_id` = hex of
+//! [`Module::build_id`]) and give symbol-less frames that mapping, so that
+//! `go tool pprof` and backends can symbolize them later. Return addresses
+//! (every frame but the leaf) are looked up at `addr - 1`.
+//!
+//! # Limits
+//! - x86_64 only (the rule set, register numbers, `ucontext` layout).
+//! - A pc in a module but outside every FDE (hand-written assembly without
+//!   CFI) ends the walk as truncated; there is no frame-pointer guess.
+//! - Signal trampolines (`__restore_rt`) end the walk: unwinding through a
+//!   nested signal frame is not done.
+//!
 //! # Measured (this machine: 2 shared cores)
 //! - Table memory: 4 bytes per entry (start within a 256-byte page + index
 //!   into the module's palette of distinct rules), 4 bytes of page index per
