@@ -32,8 +32,8 @@
 //! and adds the separate debug file's `.symtab`; frames without a symbol are
 //! named [`symbols::module_offset_name`] (`libz.so.1+0x3a26`, the ELF virtual
 //! address). The exporter should emit one pprof `Mapping` per [`Module`]
-//! (`memory_start/limit` = `start/end`, `file_offset` so that address - start
-//! + file_offset is the file offset, `filename` = path, `build_id` = hex of
+//! (`memory_start/limit` = `start/end`, `file_offset` = the file offset
+//! mapped at `start`, `filename` = path, `build_id` = hex of
 //! [`Module::build_id`]) and give symbol-less frames that mapping, so that
 //! `go tool pprof` and backends can symbolize them later. Return addresses
 //! (every frame but the leaf) are looked up at `addr - 1`.
