@@ -216,3 +216,73 @@ fn proc_maps_agree_with_the_loader() {
     }
     assert!(checked >= 4, "only {checked} modules compared");
 }
+
+/// The real case: a thread sampled from its SIGPROF handler at a high rate
+/// while another thread dlopens and dlcloses libraries and republishes the
+/// module set each time (the handler reads the set being replaced).
+#[test]
+fn sampling_while_dlopen_dlclose_republishes() {
+    let _s = serial();
+    let l = lib();
+    let set = refresh();
+    install_handler();
+    let worker: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void = l.sym("fl_spin_worker");
+    let stop_c: *mut libc::c_int = l.sym("fl_stop");
+    // SAFETY: starting the C worker on a plain pthread; `fl_stop` is its flag.
+    let t = unsafe {
+        *stop_c = 0;
+        let mut t: libc::pthread_t = std::mem::zeroed();
+        assert_eq!(
+            libc::pthread_create(&mut t, std::ptr::null(), worker, std::ptr::null_mut()),
+            0
+        );
+        t
+    };
+    STACK_HI.store(stack_hi(t), SeqCst);
+    let stop = Arc::new(AtomicBool::new(false));
+    let loader = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut published = 0;
+            let mut i = 0;
+            while !stop.load(SeqCst) {
+                let name = copy_lib(i);
+                i += 1;
+                // SAFETY: loading and unloading a copy of our test library.
+                let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+                assert!(!h.is_null());
+                published += refresh_count();
+                // SAFETY: `h` came from dlopen above.
+                assert_eq!(unsafe { libc::dlclose(h) }, 0);
+                published += refresh_count();
+                // Leave the sampled thread some CPU on a 2-core machine.
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+            published
+        })
+    };
+    let mut taken = Vec::new();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(2) {
+        taken.push(sample(t));
+    }
+    stop.store(true, SeqCst);
+    let published = loader.join().unwrap();
+    // SAFETY: stop and join the worker.
+    unsafe {
+        std::ptr::write_volatile(stop_c, 1);
+        libc::pthread_join(t, std::ptr::null_mut());
+    }
+    let mut namer = Namer::new(set);
+    let samples = taken.len();
+    let good = taken
+        .iter()
+        .filter(|(frames, walk)| !walk.truncated && namer.names(frames).iter().any(|n| n == "fl_spin_worker"))
+        .count();
+    eprintln!("{samples} samples in 2 s, {good} complete, {published} publications");
+    assert!(published >= 20, "only {published} publications");
+    assert!(samples >= 300, "only {samples} samples");
+    // A sample whose read raced 4 publications in a row has no frames; all
+    // others must be complete.
+    assert!(good * 100 >= samples * 95, "{good}/{samples} complete");
+}
