@@ -119,7 +119,7 @@ impl Discovery {
         self.listed = tids;
         let changed = !appeared.is_empty() || gone || waiting;
         self.interval = Some(match (changed, self.interval) {
-            (false, Some(i)) => (i * 2).min(MAX_BACKOFF),
+            (false, Some(i)) => (i * 2).max(Duration::from_millis(1)).min(MAX_BACKOFF),
             _ => Duration::ZERO,
         });
         appeared
