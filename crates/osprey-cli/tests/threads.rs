@@ -63,8 +63,10 @@ fn run(hz: Option<u32>, dir: &Path, program: &Path, args: &[&str]) -> Run {
         .spawn()
         .unwrap();
     let (mut status, mut ru) = (0, unsafe_rusage());
-    // SAFETY: waits for our own child; valid out pointers.
+    // SAFETY: waits for our own child (reaped here, with its rusage); valid out pointers.
     unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    // Reaped by wait4 above: `Child` must not wait again, only be forgotten.
+    std::mem::forget(child);
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
     let cpu_ns =
         (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1_000_000_000 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1_000;
