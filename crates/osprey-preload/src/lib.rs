@@ -5,9 +5,11 @@
 //! `osprey::config`), writes the last profile at `exit`, and interposes
 //! `pthread_create` so every new thread registers itself (thread-start path)
 //! before its start routine runs. Threads created any other way are found by
-//! the agent's discovery scan.
+//! the agent's discovery scan. Which processes profile, and which pass the
+//! agent on to the programs they exec, is decided in [`launch`].
 
 mod context_ffi;
+mod launch;
 
 use osprey::discovery;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -26,8 +28,8 @@ static PROFILER: Mutex<Option<osprey::Profiler>> = Mutex::new(None);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
-    if std::env::var_os("OSPREY_CHILDREN").is_none_or(|v| v != "1") {
-        remove_self_from_ld_preload();
+    if launch::decide() != launch::Role::Native {
+        return;
     }
     // SAFETY: key with a plain extern "C" destructor, created once.
     unsafe {
@@ -63,21 +65,6 @@ extern "C" fn finish() {
                 eprintln!("osprey: last profile written to {}", f.display());
             }
         }
-    }
-}
-
-/// Programs the target execs are not profiled unless `OSPREY_CHILDREN=1`.
-fn remove_self_from_ld_preload() {
-    let Some(v) = std::env::var_os("LD_PRELOAD") else { return };
-    let v = v.to_string_lossy().into_owned();
-    let kept: Vec<&str> = v
-        .split([':', ' '])
-        .filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so"))
-        .collect();
-    if kept.is_empty() {
-        std::env::remove_var("LD_PRELOAD");
-    } else {
-        std::env::set_var("LD_PRELOAD", kept.join(":"));
     }
 }
 
