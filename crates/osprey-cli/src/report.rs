@@ -28,7 +28,8 @@ impl Filter {
     }
 }
 
-/// Runs the report on `files` (none: every profile in `./profiles`),
+/// Runs the report on `files` (a directory: its profiles; none: every
+/// profile in `./profiles`),
 /// printing to stdout. `sample_index` picks the value (a sample type name or
 /// number; default: `cpu` when present, else the last sample type).
 pub fn run(
@@ -38,13 +39,18 @@ pub fn run(
     sample_index: Option<&str>,
     filter: &Filter,
 ) -> Result<(), String> {
-    let default_dir;
-    let files = if files.is_empty() {
-        default_dir = profiles_in(Path::new("profiles"))?;
-        &default_dir[..]
-    } else {
-        files
-    };
+    let mut expanded = Vec::new();
+    for f in files {
+        if f.is_dir() {
+            expanded.extend(profiles_in(f)?);
+        } else {
+            expanded.push(f.clone());
+        }
+    }
+    if files.is_empty() {
+        expanded = profiles_in(Path::new("profiles"))?;
+    }
+    let files = &expanded[..];
     let mut profiles: Vec<Profile> = files
         .iter()
         .map(|f| read_profile(f).map_err(|e| format!("{}: {e}", f.display())))
@@ -67,7 +73,7 @@ pub fn run(
 
 /// The profile files in `dir`, sorted.
 fn profiles_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let rd = std::fs::read_dir(dir).map_err(|e| format!("no profile files given and {}: {e}", dir.display()))?;
+    let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut v: Vec<PathBuf> = rd
         .flatten()
         .map(|e| e.path())
@@ -75,7 +81,7 @@ fn profiles_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
         .collect();
     v.sort();
     if v.is_empty() {
-        return Err(format!("no profile files given and none in {}", dir.display()));
+        return Err(format!("no profile files in {}", dir.display()));
     }
     Ok(v)
 }
