@@ -197,8 +197,9 @@ struct CodeEntry {
 pub struct CodeCache {
     map: HashMap<u64, CodeEntry>,
     pub misses: u64,
-    /// Per thread state, the frame addresses of its previous walk, innermost
-    /// first: read again all at once at the next walk (see [`Snapshot`]).
+    /// Per thread state, the frame addresses of its previous walks, the
+    /// latest innermost first: read again all at once at the next walk (see
+    /// [`Snapshot`]).
     chains: HashMap<u64, Vec<u64>>,
 }
 
@@ -294,6 +295,8 @@ pub enum End {
 
 struct Walk {
     frames: Vec<Frame>,
+    /// Addresses of the frames visited, innermost first.
+    chain: Vec<u64>,
     top: u64,
     leaf_code: u64,
     end: End,
@@ -307,27 +310,64 @@ struct Walk {
 /// every few hundred nanoseconds. Frames the walk meets elsewhere are read
 /// one by one.
 struct Snapshot {
+    /// The thread's innermost frame pointer, read first in the same call
+    /// (versions without a `cframe` indirection).
+    top: Option<u64>,
     frames: HashMap<u64, Vec<u8>>,
 }
 
 impl Snapshot {
-    fn read(t: &Target, addrs: &[u64], size: usize) -> Snapshot {
-        let addrs = &addrs[..addrs.len().min(512)];
+    fn read(t: &Target, head: Option<u64>, addrs: &[u64], size: usize) -> Snapshot {
+        let addrs = &addrs[..addrs.len().min(MAX_DEPTH)];
+        let mut top = [0u8; 8];
         let mut buf = vec![0u8; addrs.len() * size];
-        let local: Vec<libc::iovec> =
-            buf.chunks_mut(size).map(|c| libc::iovec { iov_base: c.as_mut_ptr().cast(), iov_len: size }).collect();
-        let remote: Vec<libc::iovec> =
-            addrs.iter().map(|&a| libc::iovec { iov_base: a as usize as *mut libc::c_void, iov_len: size }).collect();
-        // SAFETY: `local` describes `buf`, owned here and outliving the call;
-        // the remote iovecs are only interpreted by the kernel.
+        let mut local = Vec::with_capacity(addrs.len() + 1);
+        let mut remote = Vec::with_capacity(addrs.len() + 1);
+        if let Some(h) = head {
+            local.push(libc::iovec { iov_base: top.as_mut_ptr().cast(), iov_len: 8 });
+            remote.push(libc::iovec { iov_base: h as usize as *mut libc::c_void, iov_len: 8 });
+        }
+        for (c, &a) in buf.chunks_mut(size).zip(addrs) {
+            local.push(libc::iovec { iov_base: c.as_mut_ptr().cast(), iov_len: size });
+            remote.push(libc::iovec { iov_base: a as usize as *mut libc::c_void, iov_len: size });
+        }
+        // SAFETY: `local` describes `top` and `buf`, owned here and outliving
+        // the call; the remote iovecs are only interpreted by the kernel.
         let n = unsafe {
             libc::process_vm_readv(t.mem.pid, local.as_ptr(), local.len() as _, remote.as_ptr(), remote.len() as _, 0)
         };
         // The kernel stops at the first remote iovec it cannot read: only
-        // whole frames before it count.
-        let whole = if n > 0 { n as usize / size } else { 0 };
+        // what came whole before it counts.
+        let mut n = n.max(0) as usize;
+        let top = match head {
+            Some(_) if n >= 8 => {
+                n -= 8;
+                Some(u64::from_le_bytes(top))
+            }
+            _ => None,
+        };
+        let whole = if head.is_some() && top.is_none() { 0 } else { n / size };
         let frames = addrs.iter().zip(buf.chunks(size)).take(whole).map(|(a, b)| (*a, b.to_vec())).collect();
-        Snapshot { frames }
+        Snapshot { top, frames }
+    }
+
+    /// The innermost frame of the snapshot itself: the one running frame
+    /// that no other running frame of the snapshot has as its caller, if
+    /// there is exactly one. Used when the stack moved between reading the
+    /// thread's frame pointer and its frames.
+    fn own_top(&self, l: &Layout, live: (usize, fn(u8) -> bool)) -> Option<u64> {
+        let running: Vec<(u64, u64)> = self
+            .frames
+            .iter()
+            .filter(|(_, b)| live.1(b[live.0]))
+            .map(|(a, b)| (*a, rd_u64(b, l.frame_previous as usize)))
+            .collect();
+        let callers: HashSet<u64> = running.iter().map(|r| r.1).collect();
+        let mut tops = running.iter().filter(|r| !callers.contains(&r.0));
+        match (tops.next(), tops.next()) {
+            (Some(t), None) => Some(t.0),
+            _ => None,
+        }
     }
 }
 
@@ -337,11 +377,43 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<Walk, io:
     let live = live_flag(l);
     let size = live.map_or(l.frame_size_to_read, |(o, _)| l.frame_size_to_read.max(o + 1));
     let hint = cache.chains.remove(&tstate).unwrap_or_default();
-    let snap = Snapshot::read(t, &hint, size);
-    let top = top_frame(t, tstate)?;
-    let mut w = Walk { frames: Vec::new(), top, leaf_code: 0, end: End::Root };
+    let head = l.cframe_current_frame.is_none().then_some(tstate + l.tstate_frame);
+    let snap = Snapshot::read(t, head, &hint, size);
+    let top = match snap.top {
+        Some(top) => top,
+        None => top_frame(t, tstate)?,
+    };
+    let mut w = walk_from(t, cache, &snap, top, size, false)?;
+    if w.end == End::Torn {
+        // The stack moved on between the frame pointer and the frames: the
+        // snapshot alone may still hold one whole stack.
+        if let Some(own) = live.and_then(|lv| snap.own_top(l, lv)) {
+            let again = walk_from(t, cache, &snap, own, size, true)?;
+            if again.end == End::Root {
+                w = again;
+            }
+        }
+    }
+    // Addresses of this walk first, then those of earlier walks (the
+    // deeper frames of a stack that was shallower just now), bounded.
+    let mut next = w.chain.clone();
+    let have: HashSet<u64> = next.iter().copied().collect();
+    next.extend(hint.into_iter().filter(|a| !have.contains(a)));
+    next.truncate(HINT_FRAMES.max(w.chain.len()).min(MAX_DEPTH));
+    cache.chains.insert(tstate, next);
+    if cache.chains.len() > 4096 {
+        cache.chains.clear();
+    }
+    Ok(w)
+}
+
+/// Walks from frame `top`, using the snapshot's copies where it has them
+/// (only them when `snapshot_only`).
+fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size: usize, snapshot_only: bool) -> io::Result<Walk> {
+    let l = &t.layout;
+    let live = live_flag(l);
+    let mut w = Walk { frames: Vec::new(), top, leaf_code: 0, end: End::Root, chain: Vec::new() };
     let mut seen = HashSet::new();
-    let mut chain = Vec::new();
     let mut f = top;
     let mut depth = 0;
     let torn = |e: io::Error| if e.raw_os_error() == Some(libc::ESRCH) { Err(e) } else { Ok(End::Torn) };
@@ -355,9 +427,13 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<Walk, io:
             w.end = End::Cycle;
             break;
         }
-        chain.push(f);
+        w.chain.push(f);
         let b = match snap.frames.get(&f) {
             Some(b) => b.clone(),
+            None if snapshot_only => {
+                w.end = End::Torn;
+                break;
+            }
             None => match t.mem.read_vec(f, size) {
                 Ok(b) => b,
                 Err(e) => {
@@ -404,10 +480,6 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<Walk, io:
         };
         let line = e.lines.line(addr.clamp(0, u32::MAX as i64) as u32);
         w.frames.push(Frame::Function { name: e.name.clone(), file: e.file.clone(), line: line as i64 });
-    }
-    cache.chains.insert(tstate, chain);
-    if cache.chains.len() > 4096 {
-        cache.chains.clear();
     }
     Ok(w)
 }
@@ -477,7 +549,9 @@ pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut 
 }
 
 /// Walks per stack read, at most.
-const ATTEMPTS: u32 = 6;
+const ATTEMPTS: u32 = 16;
+/// Frame addresses remembered per thread beyond its last walk's.
+const HINT_FRAMES: usize = 256;
 /// Walks after which a complete walk whose innermost frame moved is kept.
 const ATTEMPTS_COMPLETE: u32 = 3;
 
