@@ -62,6 +62,8 @@ pub struct Tree {
     /// Images already judged not to be CPython.
     native: HashMap<i32, Image>,
     samplers: HashMap<i32, Sampler>,
+    /// Samplers told to stop (their process exec'd), not yet ended.
+    stopping: Vec<(i32, Sampler)>,
     finished: Vec<Finished>,
 }
 
@@ -74,6 +76,7 @@ impl Tree {
             parents: HashMap::new(),
             native: HashMap::new(),
             samplers: HashMap::new(),
+            stopping: Vec::new(),
             finished: Vec::new(),
         }
     }
@@ -117,7 +120,11 @@ impl Tree {
                 if s.image == img {
                     continue;
                 }
-                self.stop_one(pid);
+                // Told to stop, not waited for: it may still be waiting for
+                // the old image's interpreter to start.
+                let s = self.samplers.remove(&pid).expect("present");
+                s.stop.store(true, Ordering::SeqCst);
+                self.stopping.push((pid, s));
             }
             if osprey_python::is_cpython_process(pid) {
                 self.start(pid, img);
@@ -128,6 +135,12 @@ impl Tree {
         let done: Vec<i32> = self.samplers.iter().filter(|(_, s)| s.thread.is_finished()).map(|(p, _)| *p).collect();
         for pid in done {
             self.stop_one(pid);
+        }
+        let (ended, running): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.stopping).into_iter().partition(|(_, s)| s.thread.is_finished());
+        self.stopping = running;
+        for (pid, s) in ended {
+            self.join(pid, s);
         }
     }
 
@@ -148,9 +161,13 @@ impl Tree {
     fn stop_one(&mut self, pid: i32) {
         if let Some(s) = self.samplers.remove(&pid) {
             s.stop.store(true, Ordering::SeqCst);
-            let result = s.thread.join().unwrap_or_else(|_| Err(std::io::Error::other("sampler panicked").into()));
-            self.finished.push(Finished { pid, root: pid == self.root, result });
+            self.join(pid, s);
         }
+    }
+
+    fn join(&mut self, pid: i32, s: Sampler) {
+        let result = s.thread.join().unwrap_or_else(|_| Err(std::io::Error::other("sampler panicked").into()));
+        self.finished.push(Finished { pid, root: pid == self.root, result });
     }
 
     /// Stops every sampler (each writes its last profile) and returns what
@@ -162,6 +179,9 @@ impl Tree {
         }
         for pid in pids {
             self.stop_one(pid);
+        }
+        for (pid, s) in std::mem::take(&mut self.stopping) {
+            self.join(pid, s);
         }
         self.finished
     }

@@ -60,6 +60,9 @@ pub struct Sampler {
     clocks: HashMap<i32, Option<TaskClock>>,
     /// Each thread's clock at its previous sample.
     prev_cpu: HashMap<i32, u64>,
+    /// CPU a young thread used before its clock was opened, added to its
+    /// first sample.
+    backfill: HashMap<i32, u64>,
     /// Why the last per-thread clock could not be opened (then `on_cpu`
     /// falls back to the kernel's run state, which counts preempted threads).
     pub clock_error: Option<String>,
@@ -80,6 +83,27 @@ pub fn process_cpu_ns(pid: i32) -> Option<i64> {
     // SAFETY: writes into `ts`.
     let r = unsafe { libc::clock_gettime(clock, &mut ts) };
     (r == 0).then(|| ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64)
+}
+
+/// Threads younger than this when first seen are charged, at their first
+/// sample, the CPU they used since they started.
+const YOUNG: Duration = Duration::from_secs(1);
+
+/// The CPU (ns) thread `tid` used so far, if it started less than [`YOUNG`]
+/// ago (from its start time in `/proc/.../stat` and its run time in
+/// `/proc/.../schedstat`).
+fn young_thread_cpu(pid: i32, tid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    // Field 22, counted from the fields after the name (which start at 3).
+    let start_ticks: u64 = stat[stat.rfind(')')? + 2..].split_ascii_whitespace().nth(22 - 3)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    if uptime - start_ticks as f64 / hz > YOUNG.as_secs_f64() {
+        return None;
+    }
+    let sched = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    sched.split_whitespace().next()?.parse().ok()
 }
 
 /// The process is gone (exited, or became a zombie).
@@ -135,6 +159,7 @@ impl Sampler {
             stats: Stats::default(),
             clocks: HashMap::new(),
             prev_cpu: HashMap::new(),
+            backfill: HashMap::new(),
             clock_error: None,
             last_pass: None,
             cpu_clock: None,
@@ -174,6 +199,7 @@ impl Sampler {
         self.procs.retain(&tids);
         self.clocks.retain(|t, _| tids.contains(t));
         self.prev_cpu.retain(|t, _| tids.contains(t));
+        self.backfill.retain(|t, _| tids.contains(t));
         self.tids = tids;
         self.tids_at = Some(Instant::now());
         Ok(())
@@ -237,9 +263,16 @@ impl Sampler {
                     continue;
                 }
             };
+            let fresh = !self.clocks.contains_key(&tid);
             let clock = self.clocks.entry(tid).or_insert_with(|| {
                 TaskClock::open(tid).map_err(|e| self.clock_error = Some(format!("perf_event_open: {e}"))).ok()
             });
+            if fresh && clock.is_some() {
+                // The clock counts from now: its first sample's "since the
+                // previous sample" is since the thread started, when that
+                // was recent (a worker forked or spawned just now).
+                self.backfill.insert(tid, young_thread_cpu(pid, tid).unwrap_or(0));
+            }
             let before = clock.as_ref().and_then(|c| c.read().ok());
             let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries);
             let after = clock.as_ref().and_then(|c| c.read().ok());
@@ -269,7 +302,10 @@ impl Sampler {
             };
             // The CPU the thread used since its previous sample, at the
             // clock's nanosecond resolution (its first: since the clock opened).
-            let cpu_ns = after.map_or(0, |a| a.saturating_sub(self.prev_cpu.insert(tid, a).unwrap_or(0)) as i64);
+            let cpu_ns = after.map_or(0, |a| {
+                let since = a.saturating_sub(self.prev_cpu.insert(tid, a).unwrap_or(0));
+                (since + self.backfill.remove(&tid).unwrap_or(0)) as i64
+            });
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);
             out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns, tstate, frames, truncated, thread_cpu: after });

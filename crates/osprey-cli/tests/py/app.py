@@ -16,7 +16,7 @@ def main():
     print(f"pid {os.getpid()}", flush=True)
     t = time.process_time()
     while time.process_time() - t < float(os.environ.get("APP_SECS", "1.0")):
-        work(10000)
+        work(200000)
     return int(os.environ.get("APP_EXIT", "7"))
 
 
