@@ -21,7 +21,8 @@ pub struct ThreadSample {
     pub on_cpu: bool,
     /// CPU (ns) charged to this sample. With the thread's exact clock
     /// (`thread_cpu` is Some): the CPU it used since its previous sample,
-    /// exactly. Without: the wall time since the previous pass if the thread
+    /// exactly, when it is on CPU or runnable now; 0 when it waits (what it
+    /// used is then charged to its next sample that runs). Without: the wall time since the previous pass if the thread
     /// is on CPU (or runnable), else 0, rescaled per profile window so that
     /// those charges add up to what the process CPU clock advanced beyond the
     /// exact threads.
@@ -300,12 +301,20 @@ impl Sampler {
                 _ if holds => k.state == 'R',
                 _ => sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R'),
             };
-            // The CPU the thread used since its previous sample, at the
-            // clock's nanosecond resolution (its first: since the clock opened).
-            let cpu_ns = after.map_or(0, |a| {
-                let since = a.saturating_sub(self.prev_cpu.insert(tid, a).unwrap_or(0));
-                (since + self.backfill.remove(&tid).unwrap_or(0)) as i64
-            });
+            // The CPU the thread used since its previous sample on CPU, at the
+            // clock's nanosecond resolution (its first: since the clock
+            // opened, or since it started if it is young).
+            // A thread that waits (not runnable, or inside a sleeping or
+            // blocking call) keeps what it used for its next sample that
+            // runs: idle stacks (`sleeping`, `blocked`) carry none, and a busy thread preempted on a shared
+            // machine does not pile its CPU into one later sample.
+            let cpu_ns = match after {
+                Some(a) if (on_cpu || k.state == 'R') && state != "sleeping" && state != "blocked" => {
+                    let since = a.saturating_sub(self.prev_cpu.insert(tid, a).unwrap_or(0));
+                    (since + self.backfill.remove(&tid).unwrap_or(0)) as i64
+                }
+                _ => 0,
+            };
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);
             out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns, tstate, frames, truncated, thread_cpu: after });
