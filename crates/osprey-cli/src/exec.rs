@@ -87,7 +87,9 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
 pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failure> {
     let cfg = check_sampling(s)?;
     let duration = match duration {
-        Some(d) if !(d > 0.0 && d.is_finite()) => return Err(Failure::usage(format!("--duration {d} must be positive"))),
+        Some(d) if !(d > 0.0 && d.is_finite()) => {
+            return Err(Failure::usage(format!("--duration {d} must be positive")))
+        }
         d => d.map(Duration::from_secs_f64),
     };
     let opts = python_options(&cfg, duration);
@@ -100,13 +102,7 @@ pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failu
 }
 
 fn python_options(cfg: &osprey::Config, duration: Option<Duration>) -> osprey_python::Options {
-    osprey_python::Options {
-        hz: cfg.hz,
-        period: cfg.period,
-        out_dir: cfg.out_dir.clone(),
-        duration,
-        method: None,
-    }
+    osprey_python::Options { hz: cfg.hz, period: cfg.period, out_dir: cfg.out_dir.clone(), duration, method: None }
 }
 
 fn print_summary(s: &osprey_python::Summary) {

@@ -12,7 +12,9 @@ pub fn profile_files(dir: &Path) -> BTreeSet<PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else { return BTreeSet::new() };
     rd.flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("osprey-") && n.ends_with(".pb.gz")))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("osprey-") && n.ends_with(".pb.gz"))
+        })
         .collect()
 }
 

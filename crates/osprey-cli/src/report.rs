@@ -51,10 +51,8 @@ pub fn run(
         expanded = profiles_in(Path::new("profiles"))?;
     }
     let files = &expanded[..];
-    let mut profiles: Vec<Profile> = files
-        .iter()
-        .map(|f| read_profile(f).map_err(|e| format!("{}: {e}", f.display())))
-        .collect::<Result<_, _>>()?;
+    let mut profiles: Vec<Profile> =
+        files.iter().map(|f| read_profile(f).map_err(|e| format!("{}: {e}", f.display()))).collect::<Result<_, _>>()?;
     for p in &mut profiles {
         let kept: Vec<_> = p.sample.iter().filter(|s| filter.keep(p, s)).cloned().collect();
         p.sample = kept;
@@ -77,7 +75,9 @@ fn profiles_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut v: Vec<PathBuf> = rd
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| !n.starts_with('.') && n.ends_with(".pb.gz")))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| !n.starts_with('.') && n.ends_with(".pb.gz"))
+        })
         .collect();
     v.sort();
     if v.is_empty() {
@@ -91,19 +91,11 @@ pub fn write_flamegraph(s: &Summary, out: &Path) -> Result<(), String> {
     if s.folded.is_empty() {
         return Err("no samples with a nonzero value: nothing to draw".into());
     }
-    let lines: Vec<String> = s
-        .folded
-        .iter()
-        .map(|(stack, v)| format!("{stack} {v}"))
-        .collect();
+    let lines: Vec<String> = s.folded.iter().map(|(stack, v)| format!("{stack} {v}")).collect();
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = "osprey".to_string();
     opts.count_name = s.sample_type.1.clone();
     let file = File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    inferno::flamegraph::from_lines(
-        &mut opts,
-        lines.iter().map(String::as_str),
-        BufWriter::new(file),
-    )
-    .map_err(|e| format!("flamegraph: {e}"))
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), BufWriter::new(file))
+        .map_err(|e| format!("flamegraph: {e}"))
 }

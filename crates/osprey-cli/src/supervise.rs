@@ -62,7 +62,8 @@ pub fn block_relayed(cmd: &mut std::process::Command) {
 /// process (not the terminal or the kernel) sent it.
 pub fn relay(pid: i32, timeout: Duration) {
     let set = relayed_set();
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    let ts =
+        libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
     let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
     // SAFETY: valid set, info buffer and timeout.
     let sig = unsafe { libc::sigtimedwait(&set, info.as_mut_ptr(), &ts) };

@@ -60,7 +60,11 @@ fn python312() -> PathBuf {
 }
 
 fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-launch-{tag}-{}-{}", std::process::id(), osprey::sys::monotonic_ns()));
+    let d = std::env::temp_dir().join(format!(
+        "osprey-launch-{tag}-{}-{}",
+        std::process::id(),
+        osprey::sys::monotonic_ns()
+    ));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -140,7 +144,11 @@ impl Cpu {
 /// The app's pid, from its first line.
 fn printed_pid(o: &Output) -> i64 {
     let stdout = String::from_utf8_lossy(&o.stdout);
-    stdout.lines().find_map(|l| l.strip_prefix("pid ")).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{stdout:?}"))
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout:?}"))
 }
 
 fn stderr(o: &Output) -> String {
@@ -259,7 +267,12 @@ fn multiprocessing_pool() {
         let f: Vec<f64> = ["f0", "f1", "f2", "f3"].iter().map(|n| c.of(n) as f64).collect();
         let total: f64 = f.iter().sum();
         let shares: Vec<f64> = f.iter().map(|v| 100.0 * v / total).collect();
-        let pids = c.by_fn.keys().filter(|(_, n)| n.starts_with('f') && n.len() == 2).map(|(p, _)| *p).collect::<std::collections::HashSet<_>>();
+        let pids = c
+            .by_fn
+            .keys()
+            .filter(|(_, n)| n.starts_with('f') && n.len() == 2)
+            .map(|(p, _)| *p)
+            .collect::<std::collections::HashSet<_>>();
         eprintln!("{method}: shares {shares:.1?} over {} worker pids", pids.len());
         for (s, want) in shares.iter().zip([40.0, 30.0, 20.0, 10.0]) {
             assert!((s - want).abs() <= 5.0, "{method}: shares {shares:.1?}, want 40/30/20/10; {err}");
@@ -278,7 +291,8 @@ fn prefork_server() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("reaped"), "the master reaps its own workers: {stdout}");
     let c = cpu(&profiles(&out));
-    let workers: Vec<i64> = c.by_fn.iter().filter(|((_, n), v)| n == "handle" && **v > 0).map(|((p, _), _)| *p).collect();
+    let workers: Vec<i64> =
+        c.by_fn.iter().filter(|((_, n), v)| n == "handle" && **v > 0).map(|((p, _), _)| *p).collect();
     assert_eq!(workers.len(), 2, "handle in both forked workers: {workers:?}; {err}");
 }
 
@@ -288,7 +302,9 @@ fn make_j2() {
     let dir = tempdir("make");
     for f in ["a", "b"] {
         // Enough code that cc1 runs for a few hundred ms.
-        let body: String = (0..1500).map(|i| format!("int {f}{i}(int x){{int s=0;for(int i=0;i<x;i++)s+=i*{i}%7;return s;}}\n")).collect();
+        let body: String = (0..1500)
+            .map(|i| format!("int {f}{i}(int x){{int s=0;for(int i=0;i<x;i++)s+=i*{i}%7;return s;}}\n"))
+            .collect();
         std::fs::write(dir.join(format!("{f}.c")), body).unwrap();
     }
     std::fs::write(dir.join("Makefile"), "all: a.o b.o\n%.o: %.c\n\tcc -O2 -c $< -o $@\n").unwrap();

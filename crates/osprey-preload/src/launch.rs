@@ -61,10 +61,8 @@ fn is_cpython() -> bool {
 fn remove_self_from_ld_preload() {
     let Some(v) = std::env::var_os("LD_PRELOAD") else { return };
     let v = v.to_string_lossy().into_owned();
-    let kept: Vec<&str> = v
-        .split([':', ' '])
-        .filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so"))
-        .collect();
+    let kept: Vec<&str> =
+        v.split([':', ' ']).filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so")).collect();
     if kept.is_empty() {
         std::env::remove_var("LD_PRELOAD");
     } else {

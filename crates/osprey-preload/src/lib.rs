@@ -16,8 +16,12 @@ use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Mutex;
 
 type StartRoutine = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
-type PthreadCreate =
-    unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut libc::c_void) -> libc::c_int;
+type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartRoutine,
+    *mut libc::c_void,
+) -> libc::c_int;
 
 static REAL_PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
 static EXIT_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
@@ -112,7 +116,7 @@ extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
         let key = EXIT_KEY.load(Acquire);
         if key != usize::MAX {
             // SAFETY: valid key; non-null marker value so the destructor runs.
-            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, 1 as *const libc::c_void) };
+            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, std::ptr::dangling::<libc::c_void>()) };
         }
     }
     (start.routine)(start.arg)

@@ -38,24 +38,29 @@ while True:
     "mixed": '''
 import os, tempfile, time
 def crunch(n):
-    return sum(i * i for i in range(n))
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
 def parse(n):
-    return [str(i).split("1") for i in range(n)]
+    out = []
+    for i in range(n):
+        out.append(str(i).split("1"))
+    return out
 def write_files(d):
-    for i in range(20):
+    for i in range(5):
         with open(os.path.join(d, str(i)), "w") as f:
-            f.write("x" * 100000)
-        os.fsync(f.fileno()) if False else None
+            f.write("x" * 10000)
 d = tempfile.mkdtemp()
 print("ready", flush=True)
 while True:
-    crunch(20000)
-    parse(5000)
+    crunch(30000)
+    parse(10000)
     write_files(d)
     time.sleep(0.005)
 ''',
 }
-FUNCS = {"calls": ["a", "b", "c"], "mixed": ["crunch", "parse", "write_files", "<genexpr>"]}
+FUNCS = {"calls": ["a", "b", "c"], "mixed": ["crunch", "parse", "write_files", "sleep"]}
 
 
 def osprey_flat(osprey, out):

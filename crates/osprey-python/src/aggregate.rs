@@ -7,6 +7,9 @@ use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
 
 use crate::{Sampler, ThreadSample};
 
+/// A stack and its labels.
+type Key = (Vec<Frame>, Vec<Label>);
+
 /// Samples aggregated by (stack, labels) until [`Aggregator::take`].
 ///
 /// Values per key: `[samples, cpu ns, wall ns]`. Invariants, per window:
@@ -25,7 +28,7 @@ pub struct Aggregator {
     cpu_start: Option<i64>,
     cpu_last: Option<i64>,
     /// Values, and whether the CPU value is exact, per (stack, labels).
-    map: HashMap<(Vec<Frame>, Vec<Label>), ([i64; 3], bool)>,
+    map: HashMap<Key, ([i64; 3], bool)>,
     /// Exact CPU charged in the window.
     exact_cpu: i64,
     /// The program's name (`/proc/<pid>/comm` when the sampler started),
@@ -52,7 +55,9 @@ impl Aggregator {
             cpu_last: None,
             map: HashMap::new(),
             exact_cpu: 0,
-            process: std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|n| n.trim_end().to_string()).unwrap_or_default(),
+            process: std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|n| n.trim_end().to_string())
+                .unwrap_or_default(),
             truncated: 0,
             cycles: 0,
         }

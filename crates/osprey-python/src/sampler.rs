@@ -83,7 +83,7 @@ pub fn process_cpu_ns(pid: i32) -> Option<i64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: writes into `ts`.
     let r = unsafe { libc::clock_gettime(clock, &mut ts) };
-    (r == 0).then(|| ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64)
+    (r == 0).then(|| ts.tv_sec * 1_000_000_000 + ts.tv_nsec)
 }
 
 /// Threads younger than this when first seen are charged, at their first
@@ -317,7 +317,17 @@ impl Sampler {
             };
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);
-            out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns, tstate, frames, truncated, thread_cpu: after });
+            out.push(ThreadSample {
+                tid,
+                name: k.name,
+                state,
+                on_cpu,
+                cpu_ns,
+                tstate,
+                frames,
+                truncated,
+                thread_cpu: after,
+            });
         }
         // Threads without an exact clock: each one on CPU now is charged the
         // wall time since the previous pass (capped at twice the nominal

@@ -33,8 +33,13 @@ pub fn read_unicode(mem: &Mem, l: &Layout, addr: u64) -> io::Result<String> {
     let b = mem.read_vec(data, len * kind as usize)?;
     let s: String = match kind {
         1 => b.iter().map(|&c| c as char).collect(),
-        2 => b.chunks_exact(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32).unwrap_or('?')).collect(),
-        4 => b.chunks_exact(4).map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('?')).collect(),
+        2 => {
+            b.chunks_exact(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32).unwrap_or('?')).collect()
+        }
+        4 => b
+            .chunks_exact(4)
+            .map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('?'))
+            .collect(),
         _ => return Err(io::Error::other("bad str kind")),
     };
     Ok(s)
@@ -267,11 +272,14 @@ fn top_frame(t: &Target, tstate: u64) -> io::Result<u64> {
     }
 }
 
+/// Offset of a frame's "running" byte, and the values that mean running.
+type LiveFlag = (usize, fn(u8) -> bool);
+
 /// Where a 3.8–3.10 frame object says whether it is running, and which
 /// values mean it is (3.8/3.9 `f_executing`; 3.10 `f_state` EXECUTING or
 /// UNWINDING). A frame that returned keeps its other fields, so a chain
 /// followed through a stale pointer is told apart by this flag.
-fn live_flag(l: &Layout) -> Option<(usize, fn(u8) -> bool)> {
+fn live_flag(l: &Layout) -> Option<LiveFlag> {
     match l.minor {
         8 | 9 => Some((116, |b| b == 1)),
         10 => Some((108, |b| b == 0 || b == 2)),
@@ -355,7 +363,7 @@ impl Snapshot {
     /// that no other running frame of the snapshot has as its caller, if
     /// there is exactly one. Used when the stack moved between reading the
     /// thread's frame pointer and its frames.
-    fn own_top(&self, l: &Layout, live: (usize, fn(u8) -> bool)) -> Option<u64> {
+    fn own_top(&self, l: &Layout, live: LiveFlag) -> Option<u64> {
         let running: Vec<(u64, u64)> = self
             .frames
             .iter()
@@ -409,7 +417,14 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<Walk, io:
 
 /// Walks from frame `top`, using the snapshot's copies where it has them
 /// (only them when `snapshot_only`).
-fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size: usize, snapshot_only: bool) -> io::Result<Walk> {
+fn walk_from(
+    t: &Target,
+    cache: &mut CodeCache,
+    snap: &Snapshot,
+    top: u64,
+    size: usize,
+    snapshot_only: bool,
+) -> io::Result<Walk> {
     let l = &t.layout;
     let live = live_flag(l);
     let mut w = Walk { frames: Vec::new(), top, leaf_code: 0, end: End::Root, chain: Vec::new() };

@@ -19,8 +19,7 @@ const INTERPRETERS: [&str; 7] = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "
 
 fn start(python: &std::path::Path, args: &[&str]) -> common::Workload {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/calls.py");
-    let mut child =
-        Command::new(python).arg(script).args(args).stdout(Stdio::piped()).spawn().expect("spawn python");
+    let mut child = Command::new(python).arg(script).args(args).stdout(Stdio::piped()).spawn().expect("spawn python");
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
     assert_eq!(line.trim(), "ready");
