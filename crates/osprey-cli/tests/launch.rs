@@ -278,6 +278,15 @@ fn multiprocessing_pool() {
             assert!((s - want).abs() <= 5.0, "{method}: shares {shares:.1?}, want 40/30/20/10; {err}");
         }
         assert!(pids.len() >= 2, "{method}: work seen in {} processes", pids.len());
+        // `report` merges the processes' files and filters them by pid.
+        let (pid, _) = c.by_fn.keys().find(|(_, n)| n == "f0").expect("f0 seen");
+        let rep = Command::new(osprey()).arg("report").arg(&out).args(["--pid", &pid.to_string()]).output().unwrap();
+        let text = String::from_utf8_lossy(&rep.stdout);
+        assert!(rep.status.success() && text.starts_with("Type: cpu"), "{text}");
+        assert!(text.contains(" f0\n") && !text.contains(" f3\n"), "--pid {pid}: {text}");
+        let rep =
+            Command::new(osprey()).arg("report").arg(&out).args(["--process", "no-such-program"]).output().unwrap();
+        assert!(!rep.status.success(), "no samples of that process: an error");
     }
 }
 
