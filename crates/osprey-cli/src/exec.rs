@@ -65,12 +65,18 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let ended = supervise::reap(pid);
     let finished = tree.finish();
     if !s.quiet {
+        // Each distinct warning once, with the processes it concerns.
+        let mut warnings: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
         for f in &finished {
             match &f.result {
-                Ok(summary) => summary.warnings.iter().for_each(|w| eprintln!("osprey: pid {}: {w}", f.pid)),
+                Ok(summary) => summary.warnings.iter().for_each(|w| warnings.entry(w).or_default().push(f.pid)),
                 Err(e) if f.root => eprintln!("osprey: {}: {e}", cmd[0]),
                 Err(_) => {}
             }
+        }
+        for (w, pids) in warnings {
+            let pids: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+            eprintln!("osprey: pid {}: {w}", pids.join(", "));
         }
     }
     let written: Vec<PathBuf> = hints::profile_files(&cfg.out_dir).difference(&before).cloned().collect();
