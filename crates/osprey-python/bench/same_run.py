@@ -104,13 +104,19 @@ def main():
     assert p.stdout.readline().strip() == b"ready"
     out, raw = os.path.join(tmp, "osprey"), os.path.join(tmp, "pyspy.txt")
     secs = str(int(args.secs))
-    o = subprocess.Popen([args.osprey, "attach", "-q", "--pid", str(p.pid), "--duration", secs,
-                          "--hz", str(args.hz), "--out", out])
+    o = subprocess.Popen([args.osprey, "attach", "--pid", str(p.pid), "--duration", secs,
+                          "--hz", str(args.hz), "--out", out], stderr=subprocess.PIPE, text=True)
+    # osprey first: its thread-state discovery may use ptrace, which py-spy's
+    # attachment would refuse; once found, thread states are cached.
+    time.sleep(0.5)
     s = subprocess.Popen(["py-spy", "record", "--pid", str(p.pid), "--duration", secs, "--rate",
                           str(args.hz), "--format", "raw", "-o", raw],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    o.wait()
+    _, err = o.communicate()
     s.wait()
+    if o.returncode != 0 or not (os.path.isdir(out) and os.listdir(out)):
+        p.kill()
+        sys.exit(f"osprey attach failed: {err}")
     p.kill()
     a, b = osprey_flat(args.osprey, out), pyspy_flat(raw)
     worst = 0.0
