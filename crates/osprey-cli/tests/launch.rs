@@ -280,7 +280,12 @@ fn multiprocessing_pool() {
         assert!(pids.len() >= 2, "{method}: work seen in {} processes", pids.len());
         // `report` merges the processes' files and filters them by pid.
         let (pid, _) = c.by_fn.keys().find(|(_, n)| n == "f0").expect("f0 seen");
-        let rep = Command::new(osprey()).arg("report").arg(&out).args(["--pid", &pid.to_string()]).output().unwrap();
+        let rep = Command::new(osprey())
+            .arg("report")
+            .arg(&out)
+            .args(["--top", "1000", "--pid", &pid.to_string()])
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&rep.stdout);
         assert!(rep.status.success() && text.starts_with("Type: cpu"), "{text}");
         assert!(text.contains(" f0\n") && !text.contains(" f3\n"), "--pid {pid}: {text}");
