@@ -48,7 +48,7 @@ pub fn run(
         }
     }
     if files.is_empty() {
-        expanded = profiles_in(Path::new("profiles"))?;
+        expanded = profiles_in(Path::new("profiles")).map_err(|e| format!("no profile files given, and {e}"))?;
     }
     let files = &expanded[..];
     let mut profiles: Vec<Profile> =
