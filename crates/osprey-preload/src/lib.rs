@@ -5,9 +5,11 @@
 //! `osprey::Config`), writes the last profile at `exit`, and interposes
 //! `pthread_create` so every new thread registers itself (thread-start path)
 //! before its start routine runs. Threads created any other way are found by
-//! the agent's discovery scan.
+//! the agent's discovery scan. Which processes profile, and which pass the
+//! agent on to the programs they exec, is decided in [`launch`].
 
 mod context_ffi;
+mod launch;
 
 use osprey::internals::threads;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -30,8 +32,8 @@ static PROFILER: Mutex<Option<osprey::Profiler>> = Mutex::new(None);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
-    if std::env::var_os("OSPREY_CHILDREN").is_none_or(|v| v != "1") {
-        remove_self_from_ld_preload();
+    if launch::decide() != launch::Role::Native {
+        return;
     }
     // SAFETY: key with a plain extern "C" destructor, created once.
     unsafe {
@@ -67,19 +69,6 @@ extern "C" fn finish() {
                 eprintln!("osprey: last profile written to {}", f.display());
             }
         }
-    }
-}
-
-/// Programs the target execs are not profiled unless `OSPREY_CHILDREN=1`.
-fn remove_self_from_ld_preload() {
-    let Some(v) = std::env::var_os("LD_PRELOAD") else { return };
-    let v = v.to_string_lossy().into_owned();
-    let kept: Vec<&str> =
-        v.split([':', ' ']).filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so")).collect();
-    if kept.is_empty() {
-        std::env::remove_var("LD_PRELOAD");
-    } else {
-        std::env::set_var("LD_PRELOAD", kept.join(":"));
     }
 }
 
@@ -129,12 +118,7 @@ extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
         let key = EXIT_KEY.load(Acquire);
         if key != usize::MAX {
             // SAFETY: valid key; non-null marker value so the destructor runs.
-            unsafe {
-                libc::pthread_setspecific(
-                    key as libc::pthread_key_t,
-                    core::ptr::NonNull::<libc::c_void>::dangling().as_ptr(),
-                )
-            };
+            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, std::ptr::dangling::<libc::c_void>()) };
         }
     }
     (start.routine)(start.arg)
