@@ -89,7 +89,8 @@ impl Aggregator {
                 tid = s.tid;
                 self.add(s)
             });
-            let lost = rec.ring_overflow.swap(0, Relaxed);
+            // Load first: a swap would write (make resident) every idle record's page.
+            let lost = if rec.ring_overflow.load(Relaxed) != 0 { rec.ring_overflow.swap(0, Relaxed) } else { 0 };
             if lost > 0 {
                 *self.lost_ring.entry(tid).or_default() += lost;
             }
