@@ -183,12 +183,21 @@ pub fn list_threads() -> std::io::Result<Vec<i32>> {
 
 /// Whether thread `tid` has `signal` blocked (`SigBlk` in its `status`).
 pub fn signal_blocked(tid: i32, signal: i32) -> bool {
+    status_mask_has(tid, "SigBlk:", signal)
+}
+
+/// Whether `signal` is pending for thread `tid` (`SigPnd` in its `status`).
+pub fn signal_pending(tid: i32, signal: i32) -> bool {
+    status_mask_has(tid, "SigPnd:", signal)
+}
+
+fn status_mask_has(tid: i32, field: &str, signal: i32) -> bool {
     if signal <= 0 {
         return false;
     }
     let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) else { return false };
     s.lines()
-        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
         .is_some_and(|m| m & (1 << (signal - 1)) != 0)
 }
