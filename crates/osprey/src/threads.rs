@@ -54,6 +54,14 @@ pub fn unregister_current() {
     if let Some((slot, rec)) = reg.lookup(me) {
         cpu_clock::disarm(rec);
         charge_remainder(slot, rec, me);
+        // The name as the thread leaves (renames included), for samples drained after it is gone.
+        let mut name = [0u8; 16];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes into `name`.
+        if unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) } == 0 {
+            let word = |i: usize| u64::from_ne_bytes(name[i..i + 8].try_into().unwrap_or([0; 8]));
+            rec.exit_name[0].store(word(0), Relaxed);
+            rec.exit_name[1].store(word(8), Release);
+        }
         reg.retire(me);
     }
 }

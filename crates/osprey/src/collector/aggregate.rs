@@ -85,8 +85,12 @@ impl Aggregator {
             let retired = rec.state() == RecordState::Retired;
             // A retired record's tid is already 0: its samples still name the thread.
             let mut tid = rec.tid.load(Relaxed);
+            let exit_name = if retired { rec.exit_name() } else { None };
             rec.ring.drain(|s| {
                 tid = s.tid;
+                if let Some(n) = &exit_name {
+                    self.names.entry(s.tid).or_insert_with(|| n.clone());
+                }
                 self.add(s)
             });
             // Load first: a swap would write (make resident) every idle record's page.

@@ -101,6 +101,9 @@ pub struct Record {
     pub ring_overflow: AtomicU64,
     /// Samples taken on this thread.
     pub samples: AtomicU64,
+    /// The thread's name (`comm`, NUL-padded) as it exited, so samples
+    /// drained after it is gone still carry its name; zero while it lives.
+    pub exit_name: [AtomicU64; 2],
     /// Frames of the last stack walked (`frames[..last_depth]`, leaf first);
     /// also the handler's work buffer, so the walk costs the interrupted
     /// stack nothing. Touched only by the owning thread (its handler, or the
@@ -127,6 +130,15 @@ impl Record {
     #[inline]
     pub fn state(&self) -> RecordState {
         RecordState::from_u32(self.state.load(Acquire))
+    }
+
+    /// The name stored by the exiting thread, if any.
+    pub fn exit_name(&self) -> Option<String> {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.exit_name[0].load(Acquire).to_ne_bytes());
+        b[8..].copy_from_slice(&self.exit_name[1].load(Acquire).to_ne_bytes());
+        let n = b.iter().position(|&c| c == 0).unwrap_or(16);
+        (n > 0).then(|| String::from_utf8_lossy(&b[..n]).into_owned())
     }
 
     /// How the owning thread got the record, if claimed.

@@ -147,6 +147,8 @@ impl Registry {
         rec.blocked.store(0, Relaxed);
         rec.last_depth.store(0, Relaxed);
         rec.start_routine.store(0, Relaxed);
+        rec.exit_name[0].store(0, Relaxed);
+        rec.exit_name[1].store(0, Relaxed);
         rec.context.reset();
         self.push_free(index as u32);
     }
