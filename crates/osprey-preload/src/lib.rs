@@ -5,9 +5,11 @@
 //! `osprey::Config`), writes the last profile at `exit`, and interposes
 //! `pthread_create` so every new thread registers itself (thread-start path)
 //! before its start routine runs. Threads created any other way are found by
-//! the agent's discovery scan.
+//! the agent's discovery scan. The exec family is interposed (`exec_shim.c`,
+//! `exec.rs`) so that no osprey signal reaches an exec'd program.
 
 mod context_ffi;
+mod exec;
 
 use osprey::internals::threads;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -57,8 +59,14 @@ extern "C" fn init() {
     }
 }
 
-/// At `exit`: stop sampling and write the last profile.
+/// At `exit`: stop sampling and write the last profile. Only in the process
+/// the agent belongs to: a `vfork` child calling `exit` shares our memory
+/// (taking the guard would rob the parent of its last profile), and a raw
+/// `clone` child has no collector to stop.
 extern "C" fn finish() {
+    if !osprey::internals::agent::owns_process() {
+        return;
+    }
     let p = PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(p) = p {
         let files = p.stop();

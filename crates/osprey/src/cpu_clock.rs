@@ -132,3 +132,20 @@ pub fn arm(rec: &Record) -> io::Result<()> {
 pub fn disarm(rec: &Record) {
     close_cpu_clock(rec.perf_fd.swap(-1, AcqRel));
 }
+
+/// Stops `rec`'s clock without closing it (so nothing re-arms the thread);
+/// returns whether there was one to stop. Used before an exec call.
+pub fn pause(rec: &Record) -> bool {
+    let fd = rec.perf_fd.load(Acquire);
+    // SAFETY: ioctl on our own fd; a stale fd number fails harmlessly (EBADF/ENOTTY).
+    fd >= 0 && unsafe { libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) } == 0
+}
+
+/// Restarts a clock stopped by [`pause`].
+pub fn resume(rec: &Record) {
+    let fd = rec.perf_fd.load(Acquire);
+    if fd >= 0 {
+        // SAFETY: as in `pause`.
+        unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) };
+    }
+}

@@ -26,7 +26,8 @@
 //! | `threads` | the thread-start path, stack bounds | no |
 //! | `discovery` | finding and priming threads nobody announced | no |
 //! | `collector/` | the background thread: drain, aggregate, write | no |
-//! | `profiler` | start, stop, fork | no |
+//! | `profiler` | start, stop, fork; which process the agent belongs to | no |
+//! | `exec` | no osprey signal survives into an exec'd program | no |
 //! | `context` | the trace-context API for applications | no (writes the record) |
 //! | `config`, `error`, `mmap` | settings, the error type, mappings | no |
 
@@ -37,6 +38,7 @@ mod cpu_clock;
 mod discovery;
 mod dispositions;
 mod error;
+mod exec;
 mod mmap;
 mod profiler;
 mod record;
@@ -53,13 +55,17 @@ pub use profiler::{register_current_thread, Builder, Profiler, ThreadRegistratio
 /// stable API.
 #[doc(hidden)]
 pub mod internals {
-    /// Counters, `is_running`, `runtime_id`, `check_writable`.
+    /// Counters, `is_running`, `owns_process`, `runtime_id`, `check_writable`.
     pub mod agent {
-        pub use crate::profiler::{check_writable, is_running, runtime_id, stats, Stats};
+        pub use crate::profiler::{check_writable, is_running, owns_process, runtime_id, stats, Stats};
     }
     /// Per-thread CPU clocks.
     pub mod cpu_clock {
         pub use crate::cpu_clock::*;
+    }
+    /// Making exec calls safe while sampling.
+    pub mod exec {
+        pub use crate::exec::*;
     }
     /// Finding unannounced threads.
     pub mod discovery {

@@ -14,7 +14,7 @@ use crate::signal::{self, sys, STATE};
 use crate::storage::{CallTraceStorage, StorageConfig};
 use crate::{cpu_clock, threads};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicPtr, Ordering::*};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -90,6 +90,9 @@ impl Profiler {
 
     /// Writes a profile now (the period restarts). Returns the file written, if any.
     pub fn flush(&self) -> Result<Option<PathBuf>, Error> {
+        if !owns_process() {
+            return Err(Error::NotRunning);
+        }
         let agent = current_agent().ok_or(Error::NotRunning)?;
         let (lock, cv) = &*agent.control;
         lock.lock().unwrap_or_else(|e| e.into_inner()).flush_requested = true;
@@ -136,6 +139,16 @@ static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
 static STORAGE: AtomicPtr<CallTraceStorage> = AtomicPtr::new(core::ptr::null_mut());
 static START_LOCK: Mutex<()> = Mutex::new(());
 static FORK_HOOK: std::sync::Once = std::sync::Once::new();
+/// The process the running agent belongs to. A child made by a raw `clone`
+/// (no fork hooks ran) inherits `AGENT` but not the collector thread, its
+/// clocks or its locks' owners: there the agent must do nothing.
+static AGENT_PID: AtomicI32 = AtomicI32::new(0);
+
+/// Whether an agent runs and belongs to the calling process (not to a
+/// parent this process was cloned from without fork hooks).
+pub fn owns_process() -> bool {
+    current_agent().is_some() && AGENT_PID.load(Acquire) == sys::getpid()
+}
 
 fn current_agent() -> Option<&'static Agent> {
     // SAFETY: agents are leaked (never freed), see `stop`.
@@ -178,6 +191,7 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
         thread: Mutex::new(None),
         dispositions: installed,
     }));
+    AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(agent as *const _ as *mut _, Release);
     threads::register_current();
     collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
@@ -247,8 +261,14 @@ fn new_runtime_id() -> String {
     format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
-/// Stops the running agent (if any); returns the files it wrote.
+/// Stops the running agent (if any); returns the files it wrote. In a
+/// process the agent does not belong to (see [`owns_process`]) it does
+/// nothing: the collector to join does not exist there, and `START_LOCK`
+/// may have been copied held.
 fn stop() -> Vec<PathBuf> {
+    if !owns_process() {
+        return vec![];
+    }
     let _g = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let Some(agent) = current_agent() else { return vec![] };
     let Some(reg) = Registry::get() else { return vec![] };
@@ -325,6 +345,7 @@ extern "C" fn after_fork_child() {
         thread: Mutex::new(None),
         dispositions: vec![],
     }));
+    AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(child as *const _ as *mut _, Release);
     threads::register_current();
     if collector::spawn(child).is_err() {

@@ -1,0 +1,154 @@
+//! The program is unchanged by osprey: programs it execs are never killed by
+//! an osprey signal, children made every way (raw clone, fork, vfork,
+//! daemon) neither hang nor crash and the parent's profile is complete.
+//!
+//! Needs the workspace built (`cargo build --workspace`); `cargo xtask test` does it.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+fn osprey() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "osprey-host-{tag}-{}-{}",
+        std::process::id(),
+        osprey::internals::signal::sys::monotonic_ns()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles `tests/c/<name>.c` into `dir`.
+fn compile_c(name: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
+    let out = dir.join(name);
+    let st = Command::new("cc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("cc (install gcc)");
+    assert!(st.success(), "compiling {}", src.display());
+    out
+}
+
+/// Runs `osprey exec ARGS`, killing it after `limit`; returns status, stdout, stderr and its pid.
+fn run_limited(args: &[&str], limit: Duration) -> (ExitStatus, String, String, u32) {
+    let mut child =
+        Command::new(osprey()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run osprey");
+    let pid = child.id();
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "osprey exec {args:?} hung (killed after {limit:?}); stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    (status, String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into(), pid)
+}
+
+/// `key N` in `text`.
+fn figure(text: &str, key: &str) -> u64 {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let i = words.iter().position(|w| *w == key).unwrap_or_else(|| panic!("no `{key}` in {text:?}"));
+    words[i + 1].parse().unwrap()
+}
+
+fn ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| v == "true")
+}
+
+/// A process with 200 MB resident and two busy threads re-execs itself
+/// (every function of the exec family in turn) while sampled at 10 kHz, with
+/// `--children` so each new program is sampled too. Without the exec
+/// interposition every exec'd program died of the sampling signal.
+#[test]
+fn exec_while_sampling_never_kills_the_new_program() {
+    let dir = tempdir("exec");
+    let prog = compile_c("reexec", &dir);
+    let total = if ci() { "200" } else { "1000" };
+    let out = dir.join("profiles");
+    let (st, stdout, stderr, _) = run_limited(
+        &[
+            "exec",
+            "--children",
+            "--hz",
+            "10000",
+            "--out",
+            out.to_str().unwrap(),
+            "--",
+            prog.to_str().unwrap(),
+            "drive",
+            total,
+            "10",
+            "200",
+        ],
+        Duration::from_secs(if ci() { 300 } else { 1200 }),
+    );
+    assert!(st.success(), "{st:?}\n{stderr}");
+    let (execs, deaths, failures) = (figure(&stdout, "execs"), figure(&stdout, "deaths"), figure(&stdout, "failures"));
+    eprintln!("exec at 10 kHz from a 200 MB parent: {execs} execs, {deaths} deaths");
+    assert!(execs >= total.parse().unwrap());
+    assert_eq!((deaths, failures), (0, 0), "{stderr}");
+}
+
+/// posix_spawn, system and popen children are new tasks without osprey's
+/// clocks: none of them receives an osprey signal.
+#[test]
+fn spawned_children_never_receive_an_osprey_signal() {
+    let dir = tempdir("spawn");
+    let prog = compile_c("spawners", &dir);
+    let out = dir.join("profiles");
+    let n = if ci() { "150" } else { "600" };
+    let (st, stdout, stderr, _) = run_limited(
+        &["exec", "--hz", "10000", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap(), n],
+        Duration::from_secs(300),
+    );
+    assert!(st.success(), "{st:?}\n{stderr}");
+    assert_eq!(figure(&stdout, "spawned"), n.parse::<u64>().unwrap());
+    assert_eq!((figure(&stdout, "deaths"), figure(&stdout, "failures")), (0, 0), "{stderr}");
+}
+
+/// Raw clone(SIGCHLD), fork, vfork (+_exit, +exec) and daemon children that
+/// end with exit(): no hang, no crash, every child exits 0, and the parent's
+/// last profile is written with its own frames.
+#[test]
+fn clone_fork_vfork_daemon_children_exiting() {
+    let dir = tempdir("clone");
+    let prog = compile_c("clones", &dir);
+    let out = dir.join("profiles");
+    let (st, stdout, stderr, pid) = run_limited(
+        &["exec", "--hz", "1000", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap(), "5"],
+        Duration::from_secs(60),
+    );
+    assert!(st.success() && st.signal().is_none(), "{st:?}\n{stderr}");
+    assert_eq!(figure(&stdout, "bad"), 0, "{stderr}");
+    let mine: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("osprey-{pid}-")))
+        .collect();
+    assert!(!mine.is_empty(), "the parent wrote no profile; stderr:\n{stderr}");
+    let profiles: Vec<_> = mine.iter().map(|p| osprey_pprof::read_profile(p).unwrap()).collect();
+    let s = osprey_pprof::summarize(&profiles, Some("cpu")).unwrap();
+    let parent = s.functions.iter().find(|f| f.name.ends_with("parent_work")).map_or(0, |f| f.cum);
+    // parent_work burns 5 x 20 ms of the parent's thread CPU time: at least
+    // half of it must be in the parent's profile (children write their own).
+    assert!(parent >= 50_000_000, "parent_work: {parent} ns of the 100 ms it burned");
+}
