@@ -19,6 +19,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     if osprey_python::is_cpython_executable(&program) {
         return run_python(&program, cmd, s);
     }
+    if let Some(why) = secure_exec(&program) {
+        return Err(Failure::usage(format!(
+            "{} is {why}: the loader ignores LD_PRELOAD for it, so it cannot be profiled",
+            cmd[0]
+        )));
+    }
     if is_static_elf(&program) {
         return Err(Failure::usage(format!(
             "{} is statically linked: the agent cannot be preloaded into it (link osprey as a library instead)",
@@ -70,8 +76,9 @@ fn run_python(program: &Path, cmd: &[String], s: &Sampling) -> Result<u8, Failur
         .spawn()
         .map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
     let opts = python_options(&cfg, None);
-    let stop = stop_on_ctrl_c();
-    let result = osprey_python::attach(child.id() as i32, &opts, stop);
+    // Signals go to the program; sampling ends when it exits.
+    crate::forward::to_child(child.id() as i32);
+    let result = osprey_python::attach(child.id() as i32, &opts, &AtomicBool::new(false));
     let status = child.wait().map_err(|e| Failure::from(format!("waiting for {}: {e}", cmd[0])))?;
     match result {
         Ok(summary) => print_summary(&summary),
@@ -183,6 +190,23 @@ fn agent_library() -> Result<PathBuf, Failure> {
 
 fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| std::env::current_dir().map(|d| d.join(p)).unwrap_or(p.to_path_buf()))
+}
+
+/// `Some("setuid")`/`Some("setgid")` when executing `path` changes the
+/// effective user or group (the loader then runs in secure mode and ignores
+/// LD_PRELOAD).
+fn secure_exec(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    // SAFETY: plain id queries.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if m.mode() & libc::S_ISUID != 0 && m.uid() != euid {
+        return Some("setuid");
+    }
+    if m.mode() & libc::S_ISGID != 0 && m.gid() != egid {
+        return Some("setgid");
+    }
+    None
 }
 
 /// An ELF executable without a program interpreter (PT_INTERP): the dynamic

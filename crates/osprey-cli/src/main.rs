@@ -1,6 +1,7 @@
 //! The `osprey` command: `exec`, `attach`, `report`.
 
 mod exec;
+mod forward;
 mod report;
 
 use clap::{Parser, Subcommand};

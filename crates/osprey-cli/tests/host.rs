@@ -152,3 +152,92 @@ fn clone_fork_vfork_daemon_children_exiting() {
     // half of it must be in the parent's profile (children write their own).
     assert!(parent >= 50_000_000, "parent_work: {parent} ns of the 100 ms it burned");
 }
+
+/// `~/.pyenv/versions/3.12.*/bin/python3`, if installed.
+fn python312() -> Option<PathBuf> {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let mut hits: Vec<PathBuf> = std::fs::read_dir(Path::new(&home).join(".pyenv/versions"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("3.12."))
+        .map(|e| e.path().join("bin/python3"))
+        .filter(|p| p.exists())
+        .collect();
+    hits.sort();
+    hits.pop()
+}
+
+/// CPython runs as osprey's child: SIGUSR1 sent to osprey reaches the
+/// program's own handler, SIGTERM kills the program, and osprey exits with
+/// 128 + 15 after writing the last profile.
+#[test]
+fn python_child_gets_the_signals_sent_to_osprey() {
+    use std::io::{BufRead, BufReader};
+    let Some(py) = python312() else {
+        assert_eq!(
+            std::env::var("OSPREY_SKIP_MISSING_PYTHON").as_deref(),
+            Ok("1"),
+            "python 3.12 not found under ~/.pyenv"
+        );
+        return;
+    };
+    let dir = tempdir("pysig");
+    let script = "import signal, sys\n\
+        signal.signal(signal.SIGUSR1, lambda *a: print('usr1', flush=True))\n\
+        print('ready', flush=True)\n\
+        def spin():\n    x = 0\n    while True:\n        x += 1\n\
+        spin()\n";
+    let mut child = Command::new(osprey())
+        .args(["exec", "--hz", "100", "--out", dir.to_str().unwrap(), "--", py.to_str().unwrap(), "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling the osprey process we started.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    assert_eq!(lines.next().unwrap().unwrap(), "usr1");
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "osprey did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{st:?}");
+    let written = std::fs::read_dir(&dir).unwrap().flatten().any(|e| e.path().to_string_lossy().ends_with(".pb.gz"));
+    assert!(written, "no profile written");
+}
+
+/// A setuid program (of another user) runs with LD_PRELOAD ignored by the
+/// loader: osprey says so in one line instead of silently not profiling it.
+#[test]
+fn setuid_program_is_refused_with_one_line() {
+    let dir = tempdir("setuid");
+    let prog = dir.join("suid-true");
+    std::fs::copy("/bin/true", &prog).unwrap();
+    // SAFETY: plain id query.
+    let target = if unsafe { libc::geteuid() } == 0 {
+        // Owned by nobody (65534), setuid: exec would change the effective user.
+        let c = std::ffi::CString::new(prog.to_str().unwrap()).unwrap();
+        // SAFETY: chown/chmod of our own temporary file.
+        unsafe {
+            assert_eq!(libc::chown(c.as_ptr(), 65534, 65534), 0);
+            assert_eq!(libc::chmod(c.as_ptr(), 0o4755), 0);
+        }
+        prog
+    } else {
+        PathBuf::from("/usr/bin/passwd")
+    };
+    let out = Command::new(osprey()).args(["exec", "--", target.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("setuid") && err.trim().lines().count() == 1, "{err}");
+}
