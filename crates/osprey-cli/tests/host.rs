@@ -241,3 +241,138 @@ fn setuid_program_is_refused_with_one_line() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("setuid") && err.trim().lines().count() == 1, "{err}");
 }
+
+/// Profiles written by process `pid` in `dir`, and the CPU nanoseconds
+/// their samples give to `function`.
+fn cpu_of(dir: &Path, pid: u32, function: &str) -> (usize, i64) {
+    let mine: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<PathBuf>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p: &PathBuf| p.file_name().unwrap().to_string_lossy().starts_with(&format!("osprey-{pid}-")))
+        .collect();
+    if mine.is_empty() {
+        return (0, 0);
+    }
+    let profiles: Vec<_> = mine.iter().map(|p| osprey_pprof::read_profile(p).unwrap()).collect();
+    let s = osprey_pprof::summarize(&profiles, Some("cpu")).unwrap();
+    (mine.len(), s.functions.iter().find(|f| f.name.ends_with(function)).map_or(0, |f| f.cum))
+}
+
+/// Starts `ending MODE` under `osprey exec` (60 s period: only the last
+/// profile can be written), waits for "ready" and ~300 ms of its CPU time.
+fn start_ending(
+    prog: &Path,
+    dir: &Path,
+    mode: &str,
+) -> (std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>) {
+    use std::io::BufRead;
+    let mut child = Command::new(osprey())
+        .args([
+            "exec",
+            "--hz",
+            "1000",
+            "--period",
+            "60",
+            "--out",
+            dir.to_str().unwrap(),
+            "--",
+            prog.to_str().unwrap(),
+            mode,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let pid = child.id();
+    let cpu = || {
+        std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cpu() < 300_000_000 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, lines)
+}
+
+fn wait_limited(child: &mut std::process::Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "the program did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// SIGINT, SIGTERM, SIGHUP with the default disposition: the program dies of
+/// the same signal (status unchanged) and its last profile holds the CPU it
+/// burned (>= half of the ~300 ms measured before the signal).
+#[test]
+fn termination_signal_writes_the_profile_then_kills() {
+    let dir = tempdir("term");
+    let prog = compile_c("ending", &dir);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let out = dir.join(format!("sig{sig}"));
+        let (mut child, _lines) = start_ending(&prog, &out, "spin");
+        // SAFETY: signalling the program we started.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let st = wait_limited(&mut child, Duration::from_secs(30));
+        assert_eq!(st.signal(), Some(sig), "signal {sig}: {st:?}");
+        let (files, ns) = cpu_of(&out, child.id(), "spin_work");
+        assert_eq!(files, 1, "signal {sig}: one last profile");
+        assert!(ns >= 150_000_000, "signal {sig}: spin_work has {ns} ns of ~300 ms");
+    }
+}
+
+/// A program with its own SIGTERM handler keeps it: the handler runs, the
+/// program exits 0, and the last profile is written at exit.
+#[test]
+fn own_termination_handler_is_kept() {
+    let dir = tempdir("ownterm");
+    let prog = compile_c("ending", &dir);
+    let out = dir.join("p");
+    let (mut child, mut lines) = start_ending(&prog, &out, "own");
+    // SAFETY: signalling the program we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = wait_limited(&mut child, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "{st:?}");
+    assert_eq!(lines.next().unwrap().unwrap(), format!("handled {}", libc::SIGTERM));
+    let (files, ns) = cpu_of(&out, child.id(), "spin_work");
+    assert_eq!(files, 1);
+    assert!(ns >= 150_000_000, "spin_work has {ns} ns");
+}
+
+/// `abort()` and `_exit()` write the profile so far; status unchanged.
+#[test]
+fn abort_and_exit_write_the_profile() {
+    let dir = tempdir("abort");
+    let prog = compile_c("ending", &dir);
+    for (mode, check) in [("abort", (None, Some(libc::SIGABRT))), ("_exit", (Some(3), None))] {
+        let out = dir.join(mode);
+        let (st, _, stderr, pid) = run_limited(
+            &[
+                "exec",
+                "--hz",
+                "1000",
+                "--period",
+                "60",
+                "--out",
+                out.to_str().unwrap(),
+                "--",
+                prog.to_str().unwrap(),
+                mode,
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!((st.code(), st.signal()), check, "{mode}: {stderr}");
+        let (files, ns) = cpu_of(&out, pid, "spin_work");
+        assert_eq!(files, 1, "{mode}: {stderr}");
+        assert!(ns >= 150_000_000, "{mode}: spin_work has {ns} ns of 300 ms");
+    }
+}

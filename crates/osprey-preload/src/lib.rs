@@ -6,10 +6,12 @@
 //! `pthread_create` so every new thread registers itself (thread-start path)
 //! before its start routine runs. Threads created any other way are found by
 //! the agent's discovery scan. The exec family is interposed (`exec_shim.c`,
-//! `exec.rs`) so that no osprey signal reaches an exec'd program.
+//! `exec.rs`) so that no osprey signal reaches an exec'd program; `abort`
+//! and `_exit` write the profile so far first (`shutdown.rs`).
 
 mod context_ffi;
 mod exec;
+mod shutdown;
 
 use osprey::internals::threads;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -32,6 +34,7 @@ static PROFILER: Mutex<Option<osprey::Profiler>> = Mutex::new(None);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
+    shutdown::resolve();
     if std::env::var_os("OSPREY_CHILDREN").is_none_or(|v| v != "1") {
         remove_self_from_ld_preload();
     }

@@ -27,6 +27,7 @@
 //! | `discovery` | finding and priming threads nobody announced | no |
 //! | `collector/` | the background thread: drain, aggregate, write | no |
 //! | `profiler` | start, stop, fork; which process the agent belongs to | no |
+//! | `shutdown` | last profile on SIGINT/SIGTERM/SIGHUP, `abort`, `_exit` | no (its handler is in `signal/`) |
 //! | `exec` | no osprey signal survives into an exec'd program | no |
 //! | `context` | the trace-context API for applications | no (writes the record) |
 //! | `config`, `error`, `mmap` | settings, the error type, mappings | no |
@@ -43,6 +44,7 @@ mod mmap;
 mod profiler;
 mod record;
 mod registry;
+mod shutdown;
 mod signal;
 mod storage;
 mod threads;
@@ -66,6 +68,10 @@ pub mod internals {
     /// Making exec calls safe while sampling.
     pub mod exec {
         pub use crate::exec::*;
+    }
+    /// The last profile on termination signals, `abort`, `_exit`.
+    pub mod shutdown {
+        pub use crate::shutdown::{flush_bounded, FLUSH_WAIT, SIGNALS};
     }
     /// Finding unannounced threads.
     pub mod discovery {

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::registry::{Registry, RegistryConfig};
 use crate::signal::{self, sys, STATE};
 use crate::storage::{CallTraceStorage, StorageConfig};
-use crate::{cpu_clock, threads};
+use crate::{cpu_clock, shutdown, threads};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
@@ -90,18 +90,7 @@ impl Profiler {
 
     /// Writes a profile now (the period restarts). Returns the file written, if any.
     pub fn flush(&self) -> Result<Option<PathBuf>, Error> {
-        if !owns_process() {
-            return Err(Error::NotRunning);
-        }
-        let agent = current_agent().ok_or(Error::NotRunning)?;
-        let (lock, cv) = &*agent.control;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).flush_requested = true;
-        cv.notify_all();
-        let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while g.flush_requested {
-            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-        Ok(g.last_file.clone())
+        request_flush(None)
     }
 
     /// Stops sampling, writes the last profile, and returns every file written.
@@ -117,6 +106,59 @@ impl Drop for Profiler {
             stop();
         }
     }
+}
+
+/// Asks the collector for a profile now and waits for it, at most `limit`.
+/// With a limit, the control lock is only tried until the deadline too (the
+/// caller may be `abort`/`_exit` on a thread that holds it).
+fn request_flush(limit: Option<Duration>) -> Result<Option<PathBuf>, Error> {
+    if !owns_process() {
+        return Err(Error::NotRunning);
+    }
+    let agent = current_agent().ok_or(Error::NotRunning)?;
+    let deadline = limit.map(|l| std::time::Instant::now() + l);
+    let (lock, cv) = &*agent.control;
+    let Some(mut g) = lock_until(lock, deadline) else { return Ok(None) };
+    g.flush_requested = true;
+    cv.notify_all();
+    while g.flush_requested {
+        g = match deadline {
+            None => cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+            Some(d) => {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                cv.wait_timeout(g, left).unwrap_or_else(|e| e.into_inner()).0
+            }
+        };
+    }
+    Ok(g.last_file.clone())
+}
+
+/// Locks `lock`, giving up at `deadline` (None: waits).
+fn lock_until<T>(lock: &Mutex<T>, deadline: Option<std::time::Instant>) -> Option<std::sync::MutexGuard<'_, T>> {
+    let Some(d) = deadline else { return Some(lock.lock().unwrap_or_else(|e| e.into_inner())) };
+    loop {
+        match lock.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < d => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
+/// Writes the profile so far if this process's agent runs, waiting at most
+/// `limit`; for the termination paths (`crate::shutdown`).
+pub(crate) fn flush_within(limit: Duration) {
+    let _ = request_flush(Some(limit));
+}
+
+fn flush_for_shutdown() {
+    flush_within(crate::shutdown::FLUSH_WAIT);
 }
 
 /// Registers the calling thread now (thread-start path) instead of waiting for
@@ -194,7 +236,14 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
     AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(agent as *const _ as *mut _, Release);
     threads::register_current();
-    collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
+    {
+        // The collector never runs the termination handler (which waits for it).
+        let _blocked = shutdown::BlockTerm::new();
+        collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
+    }
+    if let Err(e) = shutdown::install(flush_for_shutdown) {
+        eprintln!("osprey: cannot start the shutdown thread ({e}); no last profile on SIGINT/SIGTERM/SIGHUP");
+    }
     FORK_HOOK.call_once(|| {
         // SAFETY: registering plain extern "C" callbacks.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
@@ -291,6 +340,7 @@ fn stop() -> Vec<PathBuf> {
         let _ = h.join();
     }
     // 4. Restore dispositions unless a signal is still pending somewhere.
+    shutdown::uninstall();
     for h in &agent.dispositions {
         if !h.restore() {
             eprintln!("osprey: signal {} still pending; its no-op handler stays installed", h.signal);
@@ -348,9 +398,11 @@ extern "C" fn after_fork_child() {
     AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(child as *const _ as *mut _, Release);
     threads::register_current();
+    let _blocked = shutdown::BlockTerm::new();
     if collector::spawn(child).is_err() {
         STATE.enabled.store(false, SeqCst);
     }
+    let _ = shutdown::start_thread(flush_for_shutdown);
 }
 
 /// Counters for tests and diagnostics.
