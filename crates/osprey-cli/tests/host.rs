@@ -376,3 +376,24 @@ fn abort_and_exit_write_the_profile() {
         assert!(ns >= 150_000_000, "{mode}: spin_work has {ns} ns of 300 ms");
     }
 }
+
+/// A program that installs its own handler for osprey's sampling signal
+/// while sampled at 1 kHz gets it: osprey steps aside with one line on
+/// stderr, and the program's handler receives only the program's own signal
+/// (never one from osprey's CPU clock), through `sigaction` and `signal`.
+#[test]
+fn program_taking_osprey_signal_gets_it() {
+    let dir = tempdir("rtsig");
+    let prog = compile_c("rtsig", &dir);
+    for extra in [&[][..], &["signal"][..]] {
+        let out = dir.join(format!("p{}", extra.len()));
+        let mut args = vec!["exec", "--hz", "1000", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let (st, stdout, stderr, _) = run_limited(&args, Duration::from_secs(60));
+        assert!(st.success(), "{st:?}\n{stderr}");
+        assert_eq!((figure(&stdout, "foreign"), figure(&stdout, "own")), (0, 1), "{stdout}\n{stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("osprey:")).collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(lines[0].contains("its own handler for signal"), "{stderr}");
+    }
+}

@@ -7,11 +7,14 @@
 //! before its start routine runs. Threads created any other way are found by
 //! the agent's discovery scan. The exec family is interposed (`exec_shim.c`,
 //! `exec.rs`) so that no osprey signal reaches an exec'd program; `abort`
-//! and `_exit` write the profile so far first (`shutdown.rs`).
+//! and `_exit` write the profile so far first (`shutdown.rs`); a program that
+//! installs a handler for one of osprey's signals gets it, osprey steps
+//! aside (`sigaction.rs`).
 
 mod context_ffi;
 mod exec;
 mod shutdown;
+mod sigaction;
 
 use osprey::internals::threads;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -35,6 +38,7 @@ static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
     shutdown::resolve();
+    sigaction::resolve();
     if std::env::var_os("OSPREY_CHILDREN").is_none_or(|v| v != "1") {
         remove_self_from_ld_preload();
     }

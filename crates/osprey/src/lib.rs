@@ -73,6 +73,10 @@ pub mod internals {
     pub mod shutdown {
         pub use crate::shutdown::{flush_bounded, FLUSH_WAIT, SIGNALS};
     }
+    /// osprey's signal dispositions.
+    pub mod dispositions {
+        pub use crate::dispositions::step_aside;
+    }
     /// Finding unannounced threads.
     pub mod discovery {
         pub use crate::discovery::*;
