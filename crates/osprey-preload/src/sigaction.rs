@@ -1,10 +1,10 @@
 //! `sigaction`, `signal`, `sigset`, `bsd_signal` and `sysv_signal`,
 //! interposed: when the program installs a disposition for one of osprey's
 //! real-time signals, osprey steps aside first (one line on stderr,
-//! sampling stops, see `osprey::internals::dispositions::step_aside`), then
+//! sampling stops, see `osprey::internals::takeover::step_aside`), then
 //! the program's disposition is installed exactly as it asked.
 
-use osprey::internals::dispositions::step_aside;
+use osprey::internals::takeover::step_aside;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 
 type Sigaction = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;

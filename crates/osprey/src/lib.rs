@@ -28,6 +28,7 @@
 //! | `collector/` | the background thread: drain, aggregate, write | no |
 //! | `profiler` | start, stop, fork; which process the agent belongs to | no |
 //! | `shutdown` | last profile on SIGINT/SIGTERM/SIGHUP, `abort`, `_exit` | no (its handler is in `signal/`) |
+//! | `takeover` | stepping aside when the program takes one of osprey's signals | no |
 //! | `exec` | no osprey signal survives into an exec'd program | no |
 //! | `context` | the trace-context API for applications | no (writes the record) |
 //! | `config`, `error`, `mmap` | settings, the error type, mappings | no |
@@ -47,6 +48,7 @@ mod registry;
 mod shutdown;
 mod signal;
 mod storage;
+mod takeover;
 mod threads;
 
 pub use config::Config;
@@ -71,11 +73,12 @@ pub mod internals {
     }
     /// The last profile on termination signals, `abort`, `_exit`.
     pub mod shutdown {
-        pub use crate::shutdown::{flush_bounded, FLUSH_WAIT, SIGNALS};
+        pub use crate::profiler::flush_bounded;
+        pub use crate::shutdown::{FLUSH_WAIT, SIGNALS};
     }
-    /// osprey's signal dispositions.
-    pub mod dispositions {
-        pub use crate::dispositions::step_aside;
+    /// Stepping aside when the program takes over osprey's signal.
+    pub mod takeover {
+        pub use crate::takeover::step_aside;
     }
     /// Finding unannounced threads.
     pub mod discovery {

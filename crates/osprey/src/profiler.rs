@@ -161,6 +161,12 @@ fn flush_for_shutdown() {
     flush_within(crate::shutdown::FLUSH_WAIT);
 }
 
+/// Writes the profile so far, waiting at most `shutdown::FLUSH_WAIT` (for
+/// `abort`, `_exit`). Does nothing in a process the agent does not belong to.
+pub fn flush_bounded() {
+    flush_for_shutdown();
+}
+
 /// Registers the calling thread now (thread-start path) instead of waiting for
 /// discovery. Call it first thing in threads you spawn; the guard unregisters
 /// on drop. A no-op if no profiler runs.

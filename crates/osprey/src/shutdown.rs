@@ -8,7 +8,7 @@
 //!   the last profile is written at `exit` as usual; at stop, a disposition
 //!   is only restored if it is still osprey's.
 //! - `abort` and `_exit` (interposed by the preload library) call
-//!   [`flush_bounded`].
+//!   `crate::profiler::flush_bounded`.
 //!
 //! The shutdown thread and the collector block these three signals, so the
 //! handler never runs on a thread it waits for.
@@ -97,14 +97,9 @@ pub(crate) fn uninstall() {
     }
 }
 
-/// How long [`flush_bounded`] waits.
+/// How long the `abort`/`_exit` paths wait for the profile
+/// (`crate::profiler::flush_bounded`).
 pub const FLUSH_WAIT: Duration = Duration::from_nanos(FLUSH_WAIT_NS);
-
-/// Writes the profile so far, waiting at most [`FLUSH_WAIT`] (for `abort`,
-/// `_exit`). Does nothing in a process the agent does not belong to.
-pub fn flush_bounded() {
-    crate::profiler::flush_within(FLUSH_WAIT);
-}
 
 /// Blocks [`SIGNALS`] on the calling thread until dropped (threads it
 /// creates inherit the mask).
