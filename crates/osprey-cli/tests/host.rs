@@ -397,3 +397,19 @@ fn program_taking_osprey_signal_gets_it() {
         assert!(lines[0].contains("its own handler for signal"), "{stderr}");
     }
 }
+
+/// The program sees its dispositions unchanged: SIGINT, SIGTERM and SIGHUP
+/// read `SIG_DFL` through `sigaction` and `signal` while osprey's
+/// termination handler stands in for the default.
+#[test]
+fn termination_handler_is_invisible_to_the_program() {
+    let dir = tempdir("query");
+    let prog = compile_c("ending", &dir);
+    let out = dir.join("p");
+    let (st, stdout, stderr, _) = run_limited(
+        &["exec", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap(), "query"],
+        Duration::from_secs(60),
+    );
+    assert!(st.success(), "{st:?}\n{stderr}");
+    assert_eq!((figure(&stdout, "sigaction"), figure(&stdout, "signal")), (3, 3), "{stdout}");
+}

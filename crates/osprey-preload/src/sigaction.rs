@@ -2,8 +2,10 @@
 //! interposed: when the program installs a disposition for one of osprey's
 //! real-time signals, osprey steps aside first (one line on stderr,
 //! sampling stops, see `osprey::internals::takeover::step_aside`), then
-//! the program's disposition is installed exactly as it asked.
+//! the program's disposition is installed exactly as it asked. Where osprey's
+//! termination handler stands in for `SIG_DFL`, the program is told `SIG_DFL`.
 
+use osprey::internals::shutdown::disguised;
 use osprey::internals::takeover::step_aside;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 
@@ -59,7 +61,15 @@ pub unsafe extern "C" fn sigaction(
         return -1;
     }
     // SAFETY: `f` is libc's sigaction; the caller's arguments.
-    unsafe { core::mem::transmute::<usize, Sigaction>(f)(sig, act, oact) }
+    let rc = unsafe { core::mem::transmute::<usize, Sigaction>(f)(sig, act, oact) };
+    // SAFETY: `oact` is null or valid, per the caller's contract.
+    if let Some(o) = unsafe { oact.as_mut() } {
+        if rc == 0 && disguised(o.sa_sigaction) != o.sa_sigaction {
+            // SAFETY: a zeroed sigaction is SIG_DFL with no flags and an empty mask.
+            *o = unsafe { core::mem::zeroed() };
+        }
+    }
+    rc
 }
 
 /// One of the `signal`-like functions: step aside, then libc's.
@@ -74,7 +84,7 @@ unsafe fn signal_like(i: usize, sig: libc::c_int, handler: libc::sighandler_t) -
         return libc::SIG_ERR;
     }
     // SAFETY: `f` is libc's function of that name; the caller's arguments.
-    unsafe { core::mem::transmute::<usize, Signal>(f)(sig, handler) }
+    disguised(unsafe { core::mem::transmute::<usize, Signal>(f)(sig, handler) })
 }
 
 /// Interposed `signal`.

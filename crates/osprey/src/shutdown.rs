@@ -101,6 +101,18 @@ pub(crate) fn uninstall() {
 /// (`crate::profiler::flush_bounded`).
 pub const FLUSH_WAIT: Duration = Duration::from_nanos(FLUSH_WAIT_NS);
 
+/// What the program is told about a disposition: osprey's termination
+/// handler is only ever installed over `SIG_DFL`, so where `handler` is it,
+/// the program sees `SIG_DFL` (its view of its dispositions is unchanged).
+/// Lock-free, async-signal-safe: `sigaction` may be called from handlers.
+pub fn disguised(handler: usize) -> usize {
+    if handler == on_terminate as *const () as usize {
+        libc::SIG_DFL
+    } else {
+        handler
+    }
+}
+
 /// Blocks [`SIGNALS`] on the calling thread until dropped (threads it
 /// creates inherit the mask).
 pub(crate) struct BlockTerm(libc::sigset_t);

@@ -3,7 +3,9 @@
  *   ending own      like spin, with its own SIGTERM handler: prints
  *                   "handled" and exits 0 (its handler, not osprey's, runs)
  *   ending abort    burns 300 ms of CPU, then abort()
- *   ending _exit    burns 300 ms of CPU, then _exit(3) */
+ *   ending _exit    burns 300 ms of CPU, then _exit(3)
+ *   ending query    prints how many of SIGINT, SIGTERM, SIGHUP it sees at
+ *                   SIG_DFL through sigaction, then through signal() */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -29,6 +31,16 @@ __attribute__((noinline)) void spin_work(double ms) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "spin";
+    if (strcmp(mode, "query") == 0) {
+        int sigs[] = {SIGINT, SIGTERM, SIGHUP}, by_sigaction = 0, by_signal = 0;
+        for (int i = 0; i < 3; i++) {
+            struct sigaction o;
+            if (sigaction(sigs[i], NULL, &o) == 0 && o.sa_handler == SIG_DFL) by_sigaction++;
+            if (signal(sigs[i], SIG_DFL) == SIG_DFL) by_signal++;
+        }
+        printf("sigaction %d signal %d\n", by_sigaction, by_signal);
+        return 0;
+    }
     if (strcmp(mode, "own") == 0) signal(SIGTERM, on_term);
     if (strcmp(mode, "spin") == 0 || strcmp(mode, "own") == 0) {
         printf("ready\n");
