@@ -22,6 +22,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let out_existed = s.out.exists();
     let cfg = check_sampling(s)?;
     let program = resolve(&cmd[0])?;
+    if let Some(why) = secure_exec(&program) {
+        return Err(Failure::usage(format!(
+            "{} is {why}: the loader ignores LD_PRELOAD for it, so it cannot be profiled",
+            cmd[0]
+        )));
+    }
     if !osprey_python::is_cpython_executable(&program) && is_static_elf(&program) {
         return Err(Failure::usage(format!(
             "{} is statically linked: the agent cannot be preloaded into it (link osprey as a library instead)",
@@ -208,6 +214,23 @@ fn agent_library() -> Result<PathBuf, Failure> {
 
 fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| std::env::current_dir().map(|d| d.join(p)).unwrap_or(p.to_path_buf()))
+}
+
+/// `Some("setuid")`/`Some("setgid")` when executing `path` changes the
+/// effective user or group (the loader then runs in secure mode and ignores
+/// LD_PRELOAD).
+fn secure_exec(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    // SAFETY: plain id queries.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if m.mode() & libc::S_ISUID != 0 && m.uid() != euid {
+        return Some("setuid");
+    }
+    if m.mode() & libc::S_ISGID != 0 && m.gid() != egid {
+        return Some("setgid");
+    }
+    None
 }
 
 /// An ELF executable without a program interpreter (PT_INTERP): the dynamic

@@ -6,10 +6,17 @@
 //! `pthread_create` so every new thread registers itself (thread-start path)
 //! before its start routine runs. Threads created any other way are found by
 //! the agent's discovery scan. Which processes profile, and which pass the
-//! agent on to the programs they exec, is decided in [`launch`].
+//! agent on to the programs they exec, is decided in [`launch`]. The exec
+//! family is interposed (`exec_shim.c`, `exec.rs`) so that no osprey signal
+//! reaches an exec'd program; `abort` and `_exit` write the profile so far
+//! first (`shutdown.rs`); a program that installs a handler for one of
+//! osprey's signals gets it, osprey steps aside (`sigaction.rs`).
 
 mod context_ffi;
+mod exec;
 mod launch;
+mod shutdown;
+mod sigaction;
 
 use osprey::internals::threads;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -32,6 +39,8 @@ static PROFILER: Mutex<Option<osprey::Profiler>> = Mutex::new(None);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
+    shutdown::resolve();
+    sigaction::resolve();
     if launch::decide() != launch::Role::Native {
         return;
     }
@@ -59,8 +68,14 @@ extern "C" fn init() {
     }
 }
 
-/// At `exit`: stop sampling and write the last profile.
+/// At `exit`: stop sampling and write the last profile. Only in the process
+/// the agent belongs to: a `vfork` child calling `exit` shares our memory
+/// (taking the guard would rob the parent of its last profile), and a raw
+/// `clone` child has no collector to stop.
 extern "C" fn finish() {
+    if !osprey::internals::agent::owns_process() {
+        return;
+    }
     let p = PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(p) = p {
         let files = p.stop();
