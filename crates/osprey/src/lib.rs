@@ -24,6 +24,7 @@
 //! | `dispositions` | choosing, installing and restoring osprey's signals | no |
 //! | `cpu_clock` | per-thread perf_event CPU clocks | no |
 //! | `threads` | the thread-start path, stack bounds | no |
+//! | `unwind_tables` | compiling and publishing the modules' CFI tables | no |
 //! | `discovery` | finding and priming threads nobody announced | no |
 //! | `collector/` | the background thread: drain, aggregate, write | no |
 //! | `profiler` | start, stop, fork | no |
@@ -44,6 +45,7 @@ mod registry;
 mod signal;
 mod storage;
 mod threads;
+mod unwind_tables;
 
 pub use config::Config;
 pub use error::Error;
