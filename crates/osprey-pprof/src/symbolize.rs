@@ -81,11 +81,22 @@ fn resolve(s: &Symbolized<'_>) -> Resolved {
     let Some(sym) = s.as_sym() else {
         return Resolved::default();
     };
+    if past_end(sym.offset, sym.size) {
+        return Resolved::default();
+    }
     // blazesym lists inlined functions outermost first, each with the location
     // inside that function; `sym.code_info` is the location inside `sym`.
     let mut lines: Vec<SymLine> = sym.inlined.iter().rev().map(|f| line(&f.name, f.code_info.as_ref())).collect();
     lines.push(line(&sym.name, sym.code_info.as_deref()));
     Resolved { lines, debug_info: sym.code_info.is_some() }
+}
+
+/// Whether an address `offset` bytes into a symbol of `size` bytes lies
+/// past its end: then it is not that symbol's (code after the last symbol of
+/// a stripped library would otherwise be named `_init` or
+/// `__do_global_dtors_aux`). A symbol without a size only owns its first byte.
+fn past_end(offset: usize, size: Option<usize>) -> bool {
+    offset > 0 && offset >= size.unwrap_or(0)
 }
 
 fn line(name: &str, info: Option<&CodeInfo<'_>>) -> SymLine {
@@ -113,5 +124,11 @@ mod tests {
         assert!(r[0].lines.last().unwrap().name.contains("marker_fn"), "{:?}", r[0]);
         assert!(r[1].lines.last().unwrap().name.contains("marker_fn"), "{:?}", r[1]);
         assert!(r[2].lines.is_empty());
+    }
+
+    #[test]
+    fn sizes_are_respected() {
+        assert!(!past_end(0, Some(16)) && !past_end(15, Some(16)) && !past_end(0, None));
+        assert!(past_end(16, Some(16)) && past_end(1, Some(0)) && past_end(0x40, None));
     }
 }
