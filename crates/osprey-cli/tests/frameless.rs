@@ -121,7 +121,12 @@ fn frameless_c_reaches_main_and_the_zlib_caller() {
     for (got, want) in split.iter().zip([50.0, 30.0, 20.0]) {
         assert!((got - want).abs() <= 3.0, "split {split:.1?}, want 50/30/20 within 3 points");
     }
-    let zlib = |s: &Stack| s.tid != pid && s.names.first().is_some_and(|n| n.contains("libz") || n == "compress2" || n == "deflate" || n == "adler32_z");
+    let zlib = |s: &Stack| {
+        s.tid != pid
+            && s.names
+                .first()
+                .is_some_and(|n| n.contains("libz") || n == "compress2" || n == "deflate" || n == "adler32_z")
+    };
     let to_caller = share(&stacks, zlib, |s| s.has("zlib_caller"));
     assert!(to_caller >= 90.0, "{to_caller:.1}% of the samples inside zlib reach zlib_caller");
     // Symbol-less frames: module+offset; never a symbol they lie past the end of.

@@ -85,7 +85,7 @@ pub mod internals {
     }
     /// The signal path: state, unwinder, syscalls.
     pub mod signal {
-        pub use crate::signal::{in_handler, sys, unwind, HandlerState, MAX_FRAMES, STATE};
+        pub use crate::signal::{in_handler, on_sample, sys, unwind, HandlerState, MAX_FRAMES, STATE};
     }
     /// Anonymous zeroed mappings.
     pub mod mmap {

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering::*};
 ///
 /// # Safety
 /// Installed with `SA_SIGINFO`: `uc` is the interrupted context.
-pub(crate) unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let _errno = ErrnoGuard::save();
     STATE.signals.fetch_add(1, Relaxed);
     let Some(reg) = Registry::get() else { return };

@@ -34,5 +34,6 @@ pub mod sys;
 pub mod unwind;
 
 pub use handler::in_handler;
-pub(crate) use handler::{on_prime, on_sample, InFlight};
+pub use handler::on_sample;
+pub(crate) use handler::{on_prime, InFlight};
 pub use state::{HandlerState, MAX_FRAMES, STATE};
