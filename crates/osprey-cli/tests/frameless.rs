@@ -132,6 +132,16 @@ fn frameless_c_reaches_main_and_the_zlib_caller() {
     // Symbol-less frames: module+offset; never a symbol they lie past the end of.
     let names: Vec<&String> = stacks.iter().flat_map(|s| &s.names).collect();
     assert!(names.iter().any(|n| n.starts_with("libz.so.1") && n.contains("+0x")), "no libz.so.1+0x... frame");
+    // libc's local functions come from its separate debug file (libc6-dbg).
+    let libc_id = osprey_pprof::build_id::read_hex(Path::new("/lib/x86_64-linux-gnu/libc.so.6")).unwrap_or_default();
+    let libc_dbg = format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &libc_id[..2.min(libc_id.len())],
+        &libc_id[2.min(libc_id.len())..]
+    );
+    if Path::new(&libc_dbg).is_file() {
+        assert!(names.iter().any(|n| *n == "start_thread"), "libc's start_thread not named from {libc_dbg}");
+    }
     for bad in ["_init", "__do_global_dtors_aux", "osprey_preload::trampoline"] {
         assert!(!names.iter().any(|n| *n == bad), "a frame is named {bad}");
     }

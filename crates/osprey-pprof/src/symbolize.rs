@@ -53,8 +53,41 @@ pub fn symbolize(pid: i32, addrs: &[(u64, bool)], lines: bool) -> Vec<Resolved> 
         }
     }
     drop(symbolizer);
+    from_debug_files(pid, &lookup, &mut out);
     release_free_heap();
     out
+}
+
+/// Names what blazesym left unnamed from the sized symbols of the module and
+/// of its separate debug file under `/usr/lib/debug/.build-id/` (stripped
+/// libraries such as libc get their local functions, e.g. `start_thread`).
+/// An address past the end of every symbol stays unnamed.
+fn from_debug_files(pid: Pid, lookup: &[u64], out: &mut [Resolved]) {
+    use osprey_unwind::symbols::Symbols;
+    use std::collections::HashMap;
+    let unknown: Vec<usize> = (0..out.len()).filter(|&i| out[i].lines.is_empty()).collect();
+    if unknown.is_empty() {
+        return;
+    }
+    let pid = match pid {
+        Pid::Pid(p) => p.get(),
+        _ => std::process::id(),
+    };
+    let Ok(modules) = osprey_unwind::scan::loaded_in(pid) else { return };
+    let root = std::path::Path::new(osprey_unwind::compile::DEBUG_ROOT);
+    let mut symbols: HashMap<usize, Option<Symbols>> = HashMap::new();
+    for i in unknown {
+        let a = lookup[i];
+        let Some(m) = modules.iter().position(|m| m.start <= a && a < m.end) else { continue };
+        let module = &modules[m];
+        let syms = symbols.entry(m).or_insert_with(|| Symbols::load_with_debug(&module.path, Some(root)).ok());
+        if let Some((name, _)) = syms.as_ref().and_then(|s| s.lookup(a.wrapping_sub(module.bias))) {
+            out[i] = Resolved {
+                lines: vec![SymLine { name: name.to_string(), file: String::new(), line: 0 }],
+                debug_info: false,
+            };
+        }
+    }
 }
 
 /// Returns free malloc memory to the kernel (glibc only; elsewhere a no-op).
