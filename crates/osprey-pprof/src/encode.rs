@@ -51,6 +51,23 @@ pub fn encode(data: &ProfileData, maps: &ProcMaps, symbolize: impl FnOnce(&[(u64
     }
 }
 
+/// osprey's functions that sit between a thread's start and its start
+/// routine (the preload library's `pthread_create` trampoline): dropped from
+/// stacks.
+pub const OWN_FUNCTIONS: &[&str] = &["osprey_preload::trampoline"];
+
+/// `libz.so.1+0x3a26`: the region's file name and the file offset of the
+/// address looked up (a return address at `addr - 1`, inside the call).
+fn module_offset_name(r: &Region, addr: u64, ret: bool) -> Option<String> {
+    if r.path.is_empty() || r.path.starts_with('[') {
+        return None;
+    }
+    let at = if ret { addr.wrapping_sub(1) } else { addr };
+    let offset = at.checked_sub(r.start)?.checked_add(r.offset)?;
+    let file = r.path.rsplit('/').next().unwrap_or(&r.path);
+    Some(format!("{file}+{offset:#x}"))
+}
+
 fn distinct_natives(data: &ProfileData) -> Vec<(u64, bool)> {
     let mut seen = std::collections::HashSet::new();
     let frames = data.samples.iter().flat_map(|s| &s.frames);
@@ -210,18 +227,27 @@ impl<'a> Encoder<'a> {
             return id;
         }
         let resolved = self.resolved.get(&(addr, ret)).cloned().unwrap_or_default();
-        let line: Vec<Line> = resolved
+        let mut line: Vec<Line> = resolved
             .lines
             .iter()
             .map(|l| Line { function_id: self.function(&l.name, &l.file), line: l.line, column: 0 })
             .collect();
-        let mapping_id = self.maps.find(addr).and_then(|i| self.region_mapping.get(&i)).copied().unwrap_or(0);
+        let region = self.maps.find(addr);
+        if line.is_empty() {
+            // No symbol: `libz.so.1+0x3a26` (file offset of the looked-up
+            // address), and the mapping (file, build id) lets tools do better.
+            if let Some(name) = region.and_then(|i| module_offset_name(&self.maps.regions[i], addr, ret)) {
+                line.push(Line { function_id: self.function(&name, ""), line: 0, column: 0 });
+            }
+        }
+        let mapping_id = region.and_then(|i| self.region_mapping.get(&i)).copied().unwrap_or(0);
         if mapping_id != 0 {
+            let named = !resolved.lines.is_empty();
             let c = &mut self.coverage[mapping_id as usize - 1];
             c.locations += 1;
-            c.functions += usize::from(!line.is_empty());
-            c.files += usize::from(!line.is_empty() && resolved.lines.iter().all(|l| !l.file.is_empty()));
-            c.lines += usize::from(!line.is_empty() && resolved.debug_info);
+            c.functions += usize::from(named);
+            c.files += usize::from(named && resolved.lines.iter().all(|l| !l.file.is_empty()));
+            c.lines += usize::from(named && resolved.debug_info);
         }
         let id = self.locations.len() as u64 + 1;
         self.locations.push(Location { id, mapping_id, address: addr, line, is_folded: false });
@@ -235,7 +261,12 @@ impl<'a> Encoder<'a> {
         let mut index: HashMap<(Vec<u64>, Vec<super::Label>), usize> = HashMap::new();
         let process = process_labels(data.pid);
         for s in &data.samples {
-            let ids: Vec<u64> = s.frames.iter().map(|f| self.location(f)).collect();
+            let mut ids: Vec<u64> = Vec::with_capacity(s.frames.len());
+            for f in &s.frames {
+                if !self.is_own(f) {
+                    ids.push(self.location(f));
+                }
+            }
             let mut labels = s.labels.clone();
             for l in &process {
                 if !labels.iter().any(|have| have.key == l.key) {
@@ -257,6 +288,14 @@ impl<'a> Encoder<'a> {
         out
     }
 
+    /// Whether `f` is one of osprey's own frames, which never appear in a
+    /// user's stacks (see [`OWN_FUNCTIONS`]).
+    fn is_own(&self, f: &Frame) -> bool {
+        let Frame::Native { addr, return_address } = f else { return false };
+        let physical = self.resolved.get(&(*addr, *return_address)).and_then(|r| r.lines.last());
+        physical.is_some_and(|l| OWN_FUNCTIONS.contains(&l.name.as_str()))
+    }
+
     fn label(&mut self, l: &super::Label) -> Label {
         let key = self.strings.intern(&l.key);
         match &l.value {
@@ -275,4 +314,26 @@ fn process_labels(pid: i32) -> Vec<super::Label> {
         out.push(super::Label { key: "process".into(), value: LabelValue::Str(name.trim_end().to_string()) });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_without_symbols_are_named_by_module_and_offset() {
+        let r = Region {
+            start: 0x7f00_0000_2000,
+            end: 0x7f00_0001_0000,
+            offset: 0x2000,
+            executable: true,
+            path: "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13".into(),
+        };
+        assert_eq!(module_offset_name(&r, 0x7f00_0000_3a26, false).as_deref(), Some("libz.so.1.2.13+0x3a26"));
+        assert_eq!(module_offset_name(&r, 0x7f00_0000_3a27, true).as_deref(), Some("libz.so.1.2.13+0x3a26"));
+        let anon = Region { path: String::new(), ..r.clone() };
+        assert_eq!(module_offset_name(&anon, 0x7f00_0000_3a26, false), None);
+        let vdso = Region { path: "[vdso]".into(), ..r };
+        assert_eq!(module_offset_name(&vdso, 0x7f00_0000_3a26, false), None);
+    }
 }

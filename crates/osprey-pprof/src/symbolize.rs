@@ -53,8 +53,41 @@ pub fn symbolize(pid: i32, addrs: &[(u64, bool)], lines: bool) -> Vec<Resolved> 
         }
     }
     drop(symbolizer);
+    from_debug_files(pid, &lookup, &mut out);
     release_free_heap();
     out
+}
+
+/// Names what blazesym left unnamed from the sized symbols of the module and
+/// of its separate debug file under `/usr/lib/debug/.build-id/` (stripped
+/// libraries such as libc get their local functions, e.g. `start_thread`).
+/// An address past the end of every symbol stays unnamed.
+fn from_debug_files(pid: Pid, lookup: &[u64], out: &mut [Resolved]) {
+    use osprey_unwind::symbols::Symbols;
+    use std::collections::HashMap;
+    let unknown: Vec<usize> = (0..out.len()).filter(|&i| out[i].lines.is_empty()).collect();
+    if unknown.is_empty() {
+        return;
+    }
+    let pid = match pid {
+        Pid::Pid(p) => p.get(),
+        _ => std::process::id(),
+    };
+    let Ok(modules) = osprey_unwind::scan::loaded_in(pid) else { return };
+    let root = std::path::Path::new(osprey_unwind::compile::DEBUG_ROOT);
+    let mut symbols: HashMap<usize, Option<Symbols>> = HashMap::new();
+    for i in unknown {
+        let a = lookup[i];
+        let Some(m) = modules.iter().position(|m| m.start <= a && a < m.end) else { continue };
+        let module = &modules[m];
+        let syms = symbols.entry(m).or_insert_with(|| Symbols::load_with_debug(&module.path, Some(root)).ok());
+        if let Some((name, _)) = syms.as_ref().and_then(|s| s.lookup(a.wrapping_sub(module.bias))) {
+            out[i] = Resolved {
+                lines: vec![SymLine { name: name.to_string(), file: String::new(), line: 0 }],
+                debug_info: false,
+            };
+        }
+    }
 }
 
 /// Returns free malloc memory to the kernel (glibc only; elsewhere a no-op).
@@ -81,11 +114,22 @@ fn resolve(s: &Symbolized<'_>) -> Resolved {
     let Some(sym) = s.as_sym() else {
         return Resolved::default();
     };
+    if past_end(sym.offset, sym.size) {
+        return Resolved::default();
+    }
     // blazesym lists inlined functions outermost first, each with the location
     // inside that function; `sym.code_info` is the location inside `sym`.
     let mut lines: Vec<SymLine> = sym.inlined.iter().rev().map(|f| line(&f.name, f.code_info.as_ref())).collect();
     lines.push(line(&sym.name, sym.code_info.as_deref()));
     Resolved { lines, debug_info: sym.code_info.is_some() }
+}
+
+/// Whether an address `offset` bytes into a symbol of `size` bytes lies
+/// past its end: then it is not that symbol's (code after the last symbol of
+/// a stripped library would otherwise be named `_init` or
+/// `__do_global_dtors_aux`). A symbol without a size only owns its first byte.
+fn past_end(offset: usize, size: Option<usize>) -> bool {
+    offset > 0 && offset >= size.unwrap_or(0)
 }
 
 fn line(name: &str, info: Option<&CodeInfo<'_>>) -> SymLine {
@@ -113,5 +157,11 @@ mod tests {
         assert!(r[0].lines.last().unwrap().name.contains("marker_fn"), "{:?}", r[0]);
         assert!(r[1].lines.last().unwrap().name.contains("marker_fn"), "{:?}", r[1]);
         assert!(r[2].lines.is_empty());
+    }
+
+    #[test]
+    fn sizes_are_respected() {
+        assert!(!past_end(0, Some(16)) && !past_end(15, Some(16)) && !past_end(0, None));
+        assert!(past_end(16, Some(16)) && past_end(1, Some(0)) && past_end(0x40, None));
     }
 }

@@ -16,6 +16,7 @@
 //! become `End`.
 
 use crate::error::{Error, Result};
+use crate::mapped::Mapped;
 use crate::table::{Kind, Rule, Table};
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EhFrameHdr, LittleEndian, RegisterRule, UnwindContext,
@@ -47,8 +48,8 @@ pub struct Compiled {
 /// Reads and compiles the ELF file at `path`; `debug_root` is where to look
 /// for separate debug files by build id (normally [`DEBUG_ROOT`]).
 pub fn compile_file(path: &Path, debug_root: Option<&Path>) -> Result<Compiled> {
-    let data = std::fs::read(path).map_err(|source| Error::Io { path: path.into(), source })?;
-    compile_elf(path, &data, debug_root)
+    let data = Mapped::open(path).map_err(|source| Error::Io { path: path.into(), source })?;
+    compile_elf(path, data.bytes(), debug_root)
 }
 
 /// Compiles an ELF image held in memory (`path` names it in errors).
@@ -77,8 +78,9 @@ pub fn compile_elf(path: &Path, data: &[u8], debug_root: Option<&Path>) -> Resul
     debug(&file)?;
     if let (Some(root), Some(id)) = (debug_root, out.build_id.as_deref()) {
         if let Some(dpath) = debug_file_path(root, id).filter(|p| p.is_file()) {
-            let ddata = std::fs::read(&dpath).map_err(|source| Error::Io { path: dpath.clone(), source })?;
-            let dfile = object::File::parse(&*ddata).map_err(|source| Error::Elf { path: dpath.clone(), source })?;
+            let ddata = Mapped::open(&dpath).map_err(|source| Error::Io { path: dpath.clone(), source })?;
+            let dfile =
+                object::File::parse(ddata.bytes()).map_err(|source| Error::Elf { path: dpath.clone(), source })?;
             debug(&dfile)?;
             out.debug_file = Some(dpath);
         }

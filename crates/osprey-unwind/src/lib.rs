@@ -1,4 +1,4 @@
-//! Signal-safe DWARF/CFI unwinding of native x86_64 stacks (issue 13).
+//! Signal-safe DWARF/CFI unwinding of native x86_64 stacks.
 //!
 //! - [`compile`]: off the signal path, turns a module's `.eh_frame`
 //!   (through `.eh_frame_hdr`) and `.debug_frame` (also from its separate
@@ -123,6 +123,7 @@
 
 pub mod compile;
 pub mod error;
+mod mapped;
 pub mod modules;
 pub mod publish;
 pub mod regs;

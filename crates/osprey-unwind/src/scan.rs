@@ -257,8 +257,8 @@ pub fn loaded_in(pid: u32) -> std::io::Result<Vec<Loaded>> {
         let path = PathBuf::from(path);
         // (p_offset, p_filesz, p_vaddr) of each executable PT_LOAD, read once per file.
         let segs = files.entry(path.clone()).or_insert_with(|| {
-            let data = std::fs::read(&path).ok()?;
-            let file = object::File::parse(&*data).ok()?;
+            let data = crate::mapped::Mapped::open(&path).ok()?;
+            let file = object::File::parse(data.bytes()).ok()?;
             let exec = |s: &object::Segment| match s.flags() {
                 object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_X != 0,
                 _ => false,

@@ -9,6 +9,7 @@
 //!   `addr2line`, `go tool pprof` and symbol servers take with the build id.
 
 use crate::error::{Error, Result};
+use crate::mapped::Mapped;
 use object::{Object, ObjectSymbol, SymbolKind};
 use std::path::Path;
 
@@ -30,14 +31,14 @@ impl Symbols {
     /// [`crate::compile::DEBUG_ROOT`]) when it is installed: stripped
     /// libraries (libc) get their local functions back.
     pub fn load_with_debug(path: &Path, debug_root: Option<&Path>) -> Result<Symbols> {
-        let data = std::fs::read(path).map_err(|source| Error::Io { path: path.into(), source })?;
-        let file = object::File::parse(&*data).map_err(|source| Error::Elf { path: path.into(), source })?;
+        let data = Mapped::open(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        let file = object::File::parse(data.bytes()).map_err(|source| Error::Elf { path: path.into(), source })?;
         let mut syms = Vec::new();
         collect(&file, &mut syms);
         let id = file.build_id().ok().flatten();
         if let Some(dpath) = debug_root.zip(id).and_then(|(root, id)| crate::compile::debug_file_path(root, id)) {
-            if let Ok(ddata) = std::fs::read(&dpath) {
-                let dfile = object::File::parse(&*ddata).map_err(|source| Error::Elf { path: dpath, source })?;
+            if let Ok(ddata) = Mapped::open(&dpath) {
+                let dfile = object::File::parse(ddata.bytes()).map_err(|source| Error::Elf { path: dpath, source })?;
                 collect(&dfile, &mut syms);
             }
         }

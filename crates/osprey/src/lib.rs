@@ -24,6 +24,7 @@
 //! | `dispositions` | choosing, installing and restoring osprey's signals | no |
 //! | `cpu_clock` | per-thread perf_event CPU clocks | no |
 //! | `threads` | the thread-start path, stack bounds | no |
+//! | `unwind_tables` | compiling and publishing the modules' CFI tables | no |
 //! | `discovery` | finding and priming threads nobody announced | no |
 //! | `collector/` | the background thread: drain, aggregate, write | no |
 //! | `profiler` | start, stop, fork; which process the agent belongs to | no |
@@ -50,6 +51,7 @@ mod signal;
 mod storage;
 mod takeover;
 mod threads;
+mod unwind_tables;
 
 pub use config::Config;
 pub use error::Error;
@@ -102,7 +104,7 @@ pub mod internals {
     }
     /// The signal path: state, unwinder, syscalls.
     pub mod signal {
-        pub use crate::signal::{in_handler, sys, unwind, HandlerState, MAX_FRAMES, STATE};
+        pub use crate::signal::{in_handler, on_sample, sys, unwind, HandlerState, MAX_FRAMES, STATE};
     }
     /// Anonymous zeroed mappings.
     pub mod mmap {

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::registry::{Registry, RegistryConfig};
 use crate::signal::{self, sys, STATE};
 use crate::storage::{CallTraceStorage, StorageConfig};
-use crate::{cpu_clock, shutdown, threads};
+use crate::{cpu_clock, shutdown, threads, unwind_tables};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
@@ -224,6 +224,8 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
         .map_err(|e| Error::io("cannot map the thread registry", e))?;
     let storage = storage_for(&cfg, reg)?;
     let (installed, sample_sig, prime_sig) = install_handlers(&cfg)?;
+    // Tables before sampling: the first samples already walk with them.
+    let tracker = unwind_tables::start();
     STATE.storage.store(storage as *const _ as *mut _, Release);
     STATE.period_ns.store(cfg.period_ns(), Relaxed);
     STATE.max_depth.store(cfg.max_depth, Relaxed);
@@ -238,6 +240,7 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
         control: Arc::new((Mutex::new(Control::default()), Condvar::new())),
         thread: Mutex::new(None),
         dispositions: installed,
+        tracker: Mutex::new(Some(tracker)),
     }));
     AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(agent as *const _ as *mut _, Release);
@@ -396,6 +399,7 @@ extern "C" fn after_fork_child() {
         control: Arc::new((Mutex::new(Control::default()), Condvar::new())),
         thread: Mutex::new(None),
         dispositions: vec![],
+        tracker: Mutex::new(None),
     }));
     AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(child as *const _ as *mut _, Release);
@@ -414,8 +418,12 @@ pub struct Stats {
     pub signals: u64,
     /// Priming signals handled.
     pub primed: u64,
-    /// Samples cut at the maximum depth.
+    /// Samples whose walk did not reach an outermost frame.
     pub truncated: u64,
+    /// Samples walked with the CFI tables.
+    pub cfi_walks: u64,
+    /// Of those, walks that reached an outermost frame.
+    pub cfi_complete: u64,
     /// Samples taken before the thread's stack bounds were known.
     pub leaf_only: u64,
     /// Samples on threads without a record.
@@ -431,6 +439,8 @@ pub fn stats() -> Stats {
         signals: STATE.signals.load(Relaxed),
         primed: STATE.primed.load(Relaxed),
         truncated: STATE.truncated.load(Relaxed),
+        cfi_walks: STATE.cfi_walks.load(Relaxed),
+        cfi_complete: STATE.cfi_complete.load(Relaxed),
         leaf_only: STATE.leaf_only.load(Relaxed),
         dropped_unregistered: reg.map_or(0, |r| r.dropped_unregistered.load(Relaxed)),
         registry_exhausted: reg.map_or(0, |r| r.exhausted.load(Relaxed)),

@@ -1,7 +1,8 @@
 //! The handler path never allocates: a global allocator aborts the process if
 //! it is called while the current thread is inside an osprey signal handler.
 //! The profiler runs at a high rate over threads that allocate constantly,
-//! with a priming-signal storm on top. A negative control checks the guard.
+//! with a priming-signal storm on top, while a library is loaded and
+//! unloaded (unwind tables republished). A negative control checks the guard.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::time::{Duration, Instant};
@@ -63,7 +64,17 @@ fn handlers_never_allocate() {
         })
         .collect();
     let prime = osprey::internals::signal::STATE.prime_signal.load(std::sync::atomic::Ordering::Relaxed);
+    let libz = c"libz.so.1";
     while Instant::now() < end {
+        // Load and unload a library: the collector republishes the unwind
+        // tables (and frees the old set) while handlers walk with them.
+        // SAFETY: dlopen/dlclose of a plain C library with no constructors we rely on.
+        unsafe {
+            let h = libc::dlopen(libz.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            if !h.is_null() {
+                libc::dlclose(h);
+            }
+        }
         for t in osprey::internals::threads::list_threads().unwrap() {
             osprey::internals::signal::sys::tgkill(osprey::internals::signal::sys::getpid(), t, prime);
         }
@@ -76,6 +87,10 @@ fn handlers_never_allocate() {
     drop(p);
     assert!(stats.signals > 1000, "too few samples to mean anything: {stats:?}");
     assert!(stats.primed > 100, "too few priming signals: {stats:?}");
+    // The CFI path is the one tested: walks through libc's frameless malloc
+    // reach the threads' start.
+    assert!(stats.cfi_walks * 10 >= stats.signals * 9, "CFI walks: {stats:?}");
+    assert!(stats.cfi_complete * 2 >= stats.cfi_walks, "CFI walks that reach the thread start: {stats:?}");
 }
 
 /// The guard works: an allocation while marked in-handler aborts (checked in a forked child).

@@ -1,4 +1,4 @@
-/* Frameless test program (issue 13): built with -O2 -fomit-frame-pointer.
+/* Frameless test program: built with -O2 -fomit-frame-pointer.
  * As a shared library (tests): fl_run() recurses to a leaf that calls back
  * into the test; fl_zlib_worker() spends its time in the system compress2().
  * As a program (-DFL_MAIN, for perf): main() recurses to three hot leaves

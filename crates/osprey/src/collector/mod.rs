@@ -1,5 +1,6 @@
 //! The collector: osprey's one background thread. It scans for threads
-//! nobody announced, drains the per-thread sample rings every drain interval,
+//! nobody announced, keeps the unwind tables current (`crate::unwind_tables`),
+//! drains the per-thread sample rings every drain interval,
 //! and each period rotates storage, aggregates and writes a profile. It never
 //! runs on the signal path and is never sampled itself.
 
@@ -16,7 +17,7 @@ use crate::record::RING_CAPACITY;
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::CallTraceStorage;
-use crate::threads;
+use crate::{threads, unwind_tables};
 use osprey_pprof as pprof;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -44,6 +45,9 @@ pub(crate) struct Agent {
     pub control: Arc<(Mutex<Control>, Condvar)>,
     pub thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub dispositions: Vec<Installed>,
+    /// The unwind-table tracker, taken by the collector thread when it starts
+    /// (`None` after fork: the child's collector starts a fresh one).
+    pub tracker: Mutex<Option<osprey_unwind::scan::Tracker>>,
 }
 
 /// Starts the collector thread of `agent`; returns once it has registered
@@ -68,11 +72,14 @@ fn run(agent: &'static Agent) {
     let mut discovery = Discovery::default();
     discovery.internal.insert(sys::gettid());
     let mut aggregator = Aggregator::default();
+    let parked = agent.tracker.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let mut tables = parked.unwrap_or_else(unwind_tables::fresh);
     let (lock, cv) = &*agent.control;
     let now = Instant::now();
     let drain_interval = drain_interval(cfg);
     let (mut next_scan, mut next_drain, mut next_flush) = (now, now + drain_interval, now + cfg.period);
     loop {
+        unwind_tables::refresh(&mut tables);
         let now = Instant::now();
         if now >= next_scan {
             let appeared = discovery.scan(reg);
@@ -111,6 +118,7 @@ fn run(agent: &'static Agent) {
     discovery.check_now(reg);
     aggregator.add_unsampled(discovery.take_unsampled());
     let file = write(agent, &mut aggregator, reg, storage);
+    unwind_tables::park(tables);
     let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
     g.files.extend(file);
 }

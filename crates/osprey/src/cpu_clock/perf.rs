@@ -121,7 +121,8 @@ pub fn enable(fd: i32, tid: i32) -> bool {
 }
 
 /// Whether `fd` is still a perf_event descriptor signalling thread `tid`
-/// (anonymous `[perf_event]` inode, owner `F_OWNER_TID tid`).
+/// (anonymous `[perf_event]` inode, owner `F_OWNER_TID tid`, or no owner
+/// left once that thread is gone).
 fn is_ours(fd: i32, tid: i32) -> bool {
     if fd < 0 {
         return false;
@@ -153,7 +154,8 @@ fn is_ours(fd: i32, tid: i32) -> bool {
     let mut owner = FOwnerEx { type_: -1, pid: 0 };
     // SAFETY: F_GETOWN_EX fills the struct.
     let r = unsafe { libc::fcntl(fd, F_GETOWN_EX, &mut owner as *mut FOwnerEx) };
-    r == 0 && owner.type_ == F_OWNER_TID && owner.pid == tid
+    // Once the thread has exited the kernel reports its owner as pid 0.
+    r == 0 && owner.type_ == F_OWNER_TID && (owner.pid == tid || owner.pid == 0)
 }
 
 /// Moves `fd` to the lowest free number in the top quarter of the soft

@@ -1,7 +1,8 @@
 //! The two signal handlers.
 //!
 //! - [`on_sample`], run by the **sampling** signal that a thread's CPU clock
-//!   (`crate::cpu_clock`) delivers to that very thread: walks the stack, reads
+//!   (`crate::cpu_clock`) delivers to that very thread: walks the stack (CFI
+//!   tables, else frame pointers), reads
 //!   the trace context, stores the stack and pushes a sample record.
 //! - [`on_prime`], run by the **priming** signal that discovery sends to a
 //!   thread nobody announced: claims a registry record for it.
@@ -12,7 +13,7 @@
 use super::arch::{timer_overrun, Regs};
 use super::state::{MAX_FRAMES, STATE};
 use super::sys::{self, ErrnoGuard};
-use super::unwind;
+use super::{cfi, unwind};
 use crate::record::{Origin, Record, SampleRecord};
 use crate::registry::Registry;
 use std::sync::atomic::{AtomicU32, Ordering::*};
@@ -21,7 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering::*};
 ///
 /// # Safety
 /// Installed with `SA_SIGINFO`: `uc` is the interrupted context.
-pub(crate) unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let _errno = ErrnoGuard::save();
     STATE.signals.fetch_add(1, Relaxed);
     let Some(reg) = Registry::get() else { return };
@@ -49,7 +50,17 @@ pub(crate) unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::si
         let _ = rec.primed_sp.compare_exchange(0, regs.sp as usize, Relaxed, Relaxed);
     }
     let lo = rec.stack_lo.load(Relaxed) as u64;
-    let walk = unwind::walk(regs, lo, hi, frames.get_mut(..depth).unwrap_or(&mut []));
+    let frames_out = frames.get_mut(..depth).unwrap_or(&mut []);
+    let walk = match cfi::walk(regs, lo, hi, frames_out) {
+        Some(w) => w,
+        None => {
+            // No tables yet, or sp outside the known stack (alternate signal
+            // stack, coroutine): frame pointers, leaf only off the stack.
+            let w = unwind::walk(regs, lo, hi, frames_out);
+            let off_stack = hi == 0 || regs.sp < lo || regs.sp >= hi;
+            unwind::Walk { len: w.len, truncated: w.truncated || off_stack }
+        }
+    };
     if walk.truncated {
         STATE.truncated.fetch_add(1, Relaxed);
     }

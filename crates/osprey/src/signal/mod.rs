@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `handler.rs` | [`on_sample`] and [`on_prime`], the in-flight and depth guards |
 //! | `state.rs` | [`STATE`], the process-wide state handlers read |
-//! | `unwind.rs` | the frame-pointer walk |
+//! | `cfi.rs` | the CFI walk over `osprey_unwind`'s published tables |
+//! | `unwind.rs` | the frame-pointer walk (no tables yet, or off the thread's stack) |
 //! | `sys.rs` | raw system calls, clocks, the errno guard |
 //! | `shutdown.rs` | `on_terminate`: SIGINT/SIGTERM/SIGHUP, last profile, then the default action |
 //! | `arch/` | registers from `ucontext`, prologue decoding, the `syscall` asm |
@@ -20,11 +21,14 @@
 //! This folder imports only itself and the signal-safe halves of the shared
 //! data structures: [`crate::record`] (thread record layout, context read,
 //! sample ring push), [`crate::registry`]'s `lookup.rs` and
-//! [`crate::storage`]'s `put.rs`. Agent-side code (installing handlers,
+//! [`crate::storage`]'s `put.rs`; of other crates, `osprey_unwind`'s
+//! signal-safe half (`unwind`, `Shared::read`, `ModuleSet` lookups,
+//! `StackReader`). Agent-side code (installing handlers,
 //! discovery, the collector) imports from here, never the other way;
 //! `tests/layering.rs` checks it.
 
 pub(crate) mod arch;
+mod cfi;
 mod handler;
 pub mod shutdown;
 mod state;
@@ -32,5 +36,6 @@ pub mod sys;
 pub mod unwind;
 
 pub use handler::in_handler;
-pub(crate) use handler::{on_prime, on_sample, InFlight};
+pub use handler::on_sample;
+pub(crate) use handler::{on_prime, InFlight};
 pub use state::{HandlerState, MAX_FRAMES, STATE};

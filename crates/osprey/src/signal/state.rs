@@ -2,6 +2,7 @@
 //! agent before sampling starts, plus the handlers' own counters.
 
 use crate::storage::CallTraceStorage;
+use osprey_unwind::{ModuleSet, Shared};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize};
 
 pub use crate::record::MAX_FRAMES;
@@ -10,20 +11,29 @@ pub use crate::record::MAX_FRAMES;
 ///
 /// Invariant: `storage` is published (Release) before `enabled` is set and is
 /// never freed while the process lives (replaced storages are leaked), so a
-/// handler that saw `enabled` may dereference what it loads.
+/// handler that saw `enabled` may dereference what it loads. `modules`, when
+/// not null, is likewise never freed (its `Arc` is leaked when published);
+/// the module sets inside it are reclaimed by `Shared`'s reader counters.
 pub struct HandlerState {
     /// Sampling on/off; the handler returns at once when off.
     pub enabled: AtomicBool,
     /// Where handlers `put` stacks.
     pub storage: AtomicPtr<CallTraceStorage>,
+    /// The unwind tables of the loaded modules (null: frame pointers only).
+    pub modules: AtomicPtr<Shared<ModuleSet>>,
     /// Frames kept per stack (1..=[`MAX_FRAMES`]).
     pub max_depth: AtomicUsize,
     /// CPU nanoseconds one sample stands for.
     pub period_ns: AtomicU64,
     /// Sampling signals handled (any thread).
     pub signals: AtomicU64,
-    /// Samples whose stack walk hit `max_depth`.
+    /// Samples whose walk did not reach an outermost frame (depth limit, a pc
+    /// in no module, a frame the CFI cannot follow, unknown stack bounds).
     pub truncated: AtomicU64,
+    /// Samples walked with the CFI tables.
+    pub cfi_walks: AtomicU64,
+    /// Of those, walks that reached an outermost frame (`_start`, a thread's start).
+    pub cfi_complete: AtomicU64,
     /// Samples taken before the thread's stack bounds were known (leaf only).
     pub leaf_only: AtomicU64,
     /// Priming signals handled.
@@ -38,10 +48,13 @@ pub struct HandlerState {
 pub static STATE: HandlerState = HandlerState {
     enabled: AtomicBool::new(false),
     storage: AtomicPtr::new(core::ptr::null_mut()),
+    modules: AtomicPtr::new(core::ptr::null_mut()),
     max_depth: AtomicUsize::new(128),
     period_ns: AtomicU64::new(10_000_000),
     signals: AtomicU64::new(0),
     truncated: AtomicU64::new(0),
+    cfi_walks: AtomicU64::new(0),
+    cfi_complete: AtomicU64::new(0),
     leaf_only: AtomicU64::new(0),
     primed: AtomicU64::new(0),
     sample_signal: AtomicI32::new(0),
