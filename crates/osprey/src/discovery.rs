@@ -23,7 +23,7 @@ use crate::cpu_clock::{self, thread_cpu_ns};
 use crate::record::{Record, RecordState};
 use crate::registry::Registry;
 use crate::signal::{sys, STATE};
-use crate::threads::{list_threads, signal_blocked, signal_pending, stack_bounds_of, thread_running};
+use crate::threads::{is_internal, list_threads, signal_blocked, signal_pending, stack_bounds_of, thread_running};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;
@@ -56,8 +56,6 @@ pub enum Unsampled {
 /// The scan's state. Owned by the collector thread.
 #[derive(Default)]
 pub struct Discovery {
-    /// osprey's own threads: never primed nor sampled.
-    pub internal: HashSet<i32>,
     /// Tids sent the priming signal: how often, and when last.
     primed: HashMap<i32, (u32, u64)>,
     /// How many passes found each unregistered tid blocking the priming signal.
@@ -90,18 +88,15 @@ impl Discovery {
     pub fn scan(&mut self, reg: &Registry) -> Vec<i32> {
         let started = sys::monotonic_ns();
         let Ok(tids) = list_threads() else { return vec![] };
-        let appeared: Vec<i32> = tids
-            .iter()
-            .copied()
-            .filter(|t| self.listed.binary_search(t).is_err() && !self.internal.contains(t))
-            .collect();
+        let appeared: Vec<i32> =
+            tids.iter().copied().filter(|t| self.listed.binary_search(t).is_err() && !is_internal(*t)).collect();
         let gone = self.listed.iter().any(|t| tids.binary_search(t).is_err());
         let pid = sys::getpid();
         let prime = STATE.prime_signal.load(Relaxed);
         let mut maps: Option<String> = None;
         let mut waiting = false;
         for &tid in &tids {
-            if self.internal.contains(&tid) {
+            if is_internal(tid) {
                 continue;
             }
             match reg.lookup(tid) {
@@ -185,7 +180,7 @@ impl Discovery {
         let mut checked = HashMap::new();
         let mut unregistered = HashMap::new();
         for &tid in tids {
-            if self.internal.contains(&tid) {
+            if is_internal(tid) {
                 continue;
             }
             let Some(cpu) = thread_cpu_ns(tid) else { continue };

@@ -7,7 +7,7 @@ use crate::cpu_clock::{self, thread_cpu_ns};
 use crate::record::{Origin, Record, SampleRecord};
 use crate::registry::{Registry, RegistryConfig};
 use crate::signal::{sys, InFlight, STATE};
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicI32, Ordering::*};
 
 /// Thread-start path: registers the calling thread, learns its stack and arms
 /// its CPU clock, all with signals blocked. Idempotent.
@@ -66,13 +66,29 @@ pub fn unregister_current() {
     }
 }
 
-/// Takes the calling thread out of profiling without charging anything: for
-/// osprey's own threads (the collector, the shutdown thread), which an
-/// interposed `pthread_create` registered like any other.
+/// osprey's own threads in this process (0: free slot): never primed,
+/// sampled or accounted.
+static INTERNAL: [AtomicI32; 8] = [const { AtomicI32::new(0) }; 8];
+
+/// Whether `tid` is one of osprey's own threads.
+pub fn is_internal(tid: i32) -> bool {
+    tid > 0 && INTERNAL.iter().any(|t| t.load(Relaxed) == tid)
+}
+
+/// Takes the calling thread out of profiling for good, without charging
+/// anything: for osprey's own threads (the collector, the shutdown thread),
+/// which an interposed `pthread_create` registered like any other.
 pub fn forget_current() {
+    let me = sys::gettid();
+    if !is_internal(me) {
+        // Slots of threads that are gone (e.g. a collector before a fork) are reused.
+        let gone = |t: i32| t == 0 || !std::path::Path::new(&format!("/proc/self/task/{t}")).exists();
+        if let Some(slot) = INTERNAL.iter().find(|s| gone(s.load(Relaxed))) {
+            slot.store(me, Relaxed);
+        }
+    }
     let Some(reg) = Registry::get() else { return };
     let _blocked = SignalBlock::all();
-    let me = sys::gettid();
     if let Some((_, rec)) = reg.lookup(me) {
         cpu_clock::disarm(rec);
         reg.retire(me);

@@ -15,7 +15,6 @@ use crate::discovery::Discovery;
 use crate::dispositions::Installed;
 use crate::record::RING_CAPACITY;
 use crate::registry::Registry;
-use crate::signal::sys;
 use crate::storage::CallTraceStorage;
 use crate::{threads, unwind_tables};
 use osprey_pprof as pprof;
@@ -70,16 +69,23 @@ fn run(agent: &'static Agent) {
     // The collector is not profiled (an interposed pthread_create may have registered it).
     threads::forget_current();
     let mut discovery = Discovery::default();
-    discovery.internal.insert(sys::gettid());
     let mut aggregator = Aggregator::default();
-    let parked = agent.tracker.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let mut tables = parked.unwrap_or_else(unwind_tables::fresh);
+    // In a forked child there is no tracker: the parent's published tables
+    // stay valid here (same mappings), and a new tracker is built only once
+    // the child has lived a while, so short-lived children (a shell's
+    // subshells) do not pay for compiling every module's tables again.
+    let mut tables = agent.tracker.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let born = Instant::now();
     let (lock, cv) = &*agent.control;
     let now = Instant::now();
     let drain_interval = drain_interval(cfg);
     let (mut next_scan, mut next_drain, mut next_flush) = (now, now + drain_interval, now + cfg.period);
     loop {
-        unwind_tables::refresh(&mut tables);
+        match &mut tables {
+            Some(t) => unwind_tables::refresh(t),
+            None if born.elapsed() >= FORKED_TABLES_AFTER => tables = Some(unwind_tables::fresh()),
+            None => {}
+        }
         let now = Instant::now();
         if now >= next_scan {
             let appeared = discovery.scan(reg);
@@ -118,10 +124,16 @@ fn run(agent: &'static Agent) {
     discovery.check_now(reg);
     aggregator.add_unsampled(discovery.take_unsampled());
     let file = write(agent, &mut aggregator, reg, storage);
-    unwind_tables::park(tables);
+    if let Some(t) = tables {
+        unwind_tables::park(t);
+    }
     let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
     g.files.extend(file);
 }
+
+/// How long a forked child's collector runs on its parent's unwind tables
+/// before building its own (which follows its `dlopen`s).
+const FORKED_TABLES_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How often the sample rings are drained: the configured interval, or
 /// sooner at high rates, so a busy thread's ring (`RING_CAPACITY` records)
