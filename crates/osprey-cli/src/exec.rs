@@ -14,11 +14,12 @@ use std::time::Duration;
 const AGENT_LIB: &str = "libosprey_preload.so";
 
 pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure> {
-    let cfg = check_sampling(s)?;
     let program = resolve(&cmd[0])?;
     if osprey_python::is_cpython_executable(&program) {
         return run_python(&program, cmd, s);
     }
+    let up = delivery(s, base_name(&cmd[0]))?;
+    let cfg = check_sampling(s, &up)?;
     if is_static_elf(&program) {
         return Err(Failure::usage(format!(
             "{} is statically linked: the agent cannot be preloaded into it (link osprey as a library instead)",
@@ -35,8 +36,13 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         .args(&cmd[1..])
         .env("LD_PRELOAD", preload)
         .env("OSPREY_HZ", cfg.hz.to_string())
-        .env("OSPREY_PERIOD", cfg.period.as_secs_f64().to_string())
-        .env("OSPREY_OUT", absolute(&cfg.out_dir));
+        .env("OSPREY_PERIOD", cfg.period.as_secs_f64().to_string());
+    for (k, v) in up.to_env() {
+        match k.as_str() {
+            "OSPREY_OUT" => c.env(k, absolute(Path::new(&v))),
+            _ => c.env(k, v),
+        };
+    }
     if children {
         c.env("OSPREY_CHILDREN", "1");
     }
@@ -48,28 +54,134 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
 }
 
 pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failure> {
-    let cfg = check_sampling(s)?;
+    let up = delivery(s, &python_program_name(pid))?;
+    let cfg = check_sampling(s, &up)?;
     let duration = match duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => return Err(Failure::usage(format!("--duration {d} must be positive"))),
         d => d.map(Duration::from_secs_f64),
     };
-    let opts = python_options(&cfg, duration);
+    let opts = python_options(&cfg, &up, duration);
     let stop = stop_on_ctrl_c();
-    let summary = osprey_python::attach(pid, &opts, stop).map_err(|e| Failure::from(e.to_string()))?;
+    let result = sample_python(pid, &opts, stop, &up, &cfg);
+    let summary = result.map_err(|e| Failure::from(e.to_string()))?;
     print_summary(&summary);
     Ok(0)
 }
 
+/// The delivery configuration: flags, then OSPREY_* and ecosystem variables.
+fn delivery(s: &Sampling, program: &str) -> Result<osprey_upload::UploadConfig, Failure> {
+    let d = &s.delivery;
+    let flags = osprey_upload::Flags {
+        service: d.service.clone(),
+        env: d.env.clone(),
+        version: d.version.clone(),
+        tags: d.tags.clone(),
+        datadog: d.datadog.clone(),
+        pyroscope: d.pyroscope.clone(),
+        otlp: d.otlp.clone(),
+        out: s.out.clone(),
+        timeout: d.upload_timeout,
+        exit_wait: d.exit_wait,
+    };
+    osprey_upload::UploadConfig::resolve(&flags, program, &|k| std::env::var(k).ok())
+        .map_err(|e| Failure::usage(e.to_string()))
+}
+
+fn base_name(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+/// The service name of a CPython process by default: its script's name
+/// without `.py`, else `python`.
+fn python_program_name(pid: i32) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    script_name(&args)
+}
+
+fn script_name(args: &[String]) -> String {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        if a == "-m" {
+            return it.next().cloned().unwrap_or_else(|| "python".into());
+        }
+        if a == "-c" {
+            break;
+        }
+        if !a.starts_with('-') && !a.is_empty() {
+            return base_name(a).trim_end_matches(".py").to_string();
+        }
+    }
+    "python".into()
+}
+
+/// Samples CPython process `pid`: each period's profile goes to the local
+/// directory and/or the uploader; at the end the uploader gets at most
+/// `exit_wait` to deliver what is queued.
+fn sample_python(
+    pid: i32,
+    opts: &osprey_python::Options,
+    stop: &AtomicBool,
+    up: &osprey_upload::UploadConfig,
+    cfg: &osprey::Config,
+) -> Result<osprey_python::Summary, osprey_python::Error> {
+    let runtime_id = osprey_upload::new_runtime_id();
+    let mut uploader = up.uploads().then(|| {
+        let meta = osprey_upload::Meta::new(runtime_id.clone(), pid, osprey_upload::Language::Python);
+        osprey_upload::Uploader::start(up.clone(), meta, cfg.period)
+    });
+    let out = up.out.clone();
+    let mut sink = |data: &osprey_pprof::ProfileData| -> std::io::Result<Option<PathBuf>> {
+        let mut profile = osprey_pprof::to_pprof(data);
+        let mut comments = vec![format!("runtime-id={runtime_id}")];
+        if let Some(u) = &uploader {
+            comments.extend(u.take_comments());
+        }
+        osprey_upload::add_comments(&mut profile, &comments);
+        let bytes = prost::Message::encode_to_vec(&profile);
+        let written = match &out {
+            Some(dir) => Some(osprey_pprof::file::publish(dir, data.pid, &bytes)?),
+            None => None,
+        };
+        if let Some(u) = &uploader {
+            u.submit(bytes, data.start_realtime_ns, data.start_realtime_ns + data.duration_ns);
+        }
+        Ok(written)
+    };
+    let result = osprey_python::attach_with_sink(pid, opts, stop, &mut sink);
+    if let Some(u) = uploader.as_mut() {
+        report_uploads(&u.shutdown(up.exit_wait));
+    }
+    result
+}
+
+fn report_uploads(stats: &[osprey_upload::BackendStats]) {
+    for s in stats {
+        let mut line = format!("osprey: {}: {} profiles delivered to {}", s.backend, s.delivered, s.url);
+        if s.queued > 0 {
+            line.push_str(&format!(", {} not sent at exit", s.queued));
+        }
+        if s.dropped > 0 {
+            line.push_str(&format!(", {} dropped (queue full)", s.dropped));
+        }
+        if s.rejected > 0 {
+            line.push_str(&format!(", {} refused", s.rejected));
+        }
+        eprintln!("{line}");
+    }
+}
+
 fn run_python(program: &Path, cmd: &[String], s: &Sampling) -> Result<u8, Failure> {
-    let cfg = check_sampling(s)?;
+    let up = delivery(s, &script_name(cmd))?;
+    let cfg = check_sampling(s, &up)?;
     let mut child = std::process::Command::new(program)
         .arg0(&cmd[0])
         .args(&cmd[1..])
         .spawn()
         .map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
-    let opts = python_options(&cfg, None);
+    let opts = python_options(&cfg, &up, None);
     let stop = stop_on_ctrl_c();
-    let result = osprey_python::attach(child.id() as i32, &opts, stop);
+    let result = sample_python(child.id() as i32, &opts, stop, &up, &cfg);
     let status = child.wait().map_err(|e| Failure::from(format!("waiting for {}: {e}", cmd[0])))?;
     match result {
         Ok(summary) => print_summary(&summary),
@@ -82,13 +194,14 @@ fn run_python(program: &Path, cmd: &[String], s: &Sampling) -> Result<u8, Failur
     })
 }
 
-fn python_options(cfg: &osprey::Config, duration: Option<Duration>) -> osprey_python::Options {
+fn python_options(cfg: &osprey::Config, up: &osprey_upload::UploadConfig, duration: Option<Duration>) -> osprey_python::Options {
     osprey_python::Options {
         hz: cfg.hz,
         period: cfg.period,
         out_dir: cfg.out_dir.clone(),
         duration,
         method: None,
+        timeline: up.timeline,
     }
 }
 
@@ -115,18 +228,20 @@ fn stop_on_ctrl_c() -> &'static AtomicBool {
 }
 
 /// Validates the sampling options and the output directory before anything runs.
-fn check_sampling(s: &Sampling) -> Result<osprey::Config, Failure> {
+fn check_sampling(s: &Sampling, up: &osprey_upload::UploadConfig) -> Result<osprey::Config, Failure> {
     if !(s.period.is_finite() && (0.1..=86_400.0).contains(&s.period)) {
         return Err(Failure::usage(format!("--period {} is out of range (0.1-86400 seconds)", s.period)));
     }
     let cfg = osprey::Config {
         hz: s.hz,
         period: Duration::from_secs_f64(s.period),
-        out_dir: s.out.clone(),
+        out_dir: up.out.clone().unwrap_or_else(|| PathBuf::from("profiles")),
         ..Default::default()
     };
     cfg.validate().map_err(|e| Failure::usage(format!("--hz: {e}")))?;
-    osprey::profiler::check_writable(&s.out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
+    if let Some(out) = &up.out {
+        osprey::profiler::check_writable(out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
+    }
     Ok(cfg)
 }
 

@@ -27,6 +27,10 @@ pub struct Aggregator {
     /// Values, and the thread id, per (stack, labels).
     map: HashMap<(Vec<Frame>, Vec<Label>), ([i64; 3], i32)>,
     threads: HashMap<i32, ThreadWindow>,
+    /// Label each sample with its pass's wall-clock time
+    /// ([`osprey_pprof::TIMESTAMP_LABEL`]): a timeline, at the cost of one
+    /// sample per stack and pass instead of per stack.
+    pub timeline: bool,
 }
 
 /// A thread's exact clock at the window's start and latest, and its raw
@@ -52,6 +56,7 @@ impl Aggregator {
             cpu_last: None,
             map: HashMap::new(),
             threads: HashMap::new(),
+            timeline: false,
         }
     }
 
@@ -62,12 +67,20 @@ impl Aggregator {
             self.cpu_start = self.cpu_start.or(cpu_clock);
             self.cpu_last = cpu_clock;
         }
+        let now_ns = if self.timeline {
+            SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+        } else {
+            0
+        };
         for s in samples {
-            let labels = vec![
+            let mut labels = vec![
                 Label { key: "thread id".into(), value: LabelValue::Num(s.tid as i64) },
                 Label { key: "thread name".into(), value: LabelValue::Str(s.name.clone()) },
                 Label { key: "state".into(), value: LabelValue::Str(s.state.to_string()) },
             ];
+            if self.timeline {
+                labels.push(Label { key: osprey_pprof::TIMESTAMP_LABEL.into(), value: LabelValue::Num(now_ns) });
+            }
             if let Some(c) = s.thread_cpu {
                 let w = self.threads.entry(s.tid).or_insert(ThreadWindow { start: c, last: c, raw: 0 });
                 w.last = c.max(w.last);

@@ -22,6 +22,7 @@ fn collect(pid: i32, hz: u32, secs: f64, method: Option<Method>) -> (Vec<Profile
         out_dir: std::env::temp_dir(),
         duration: Some(Duration::from_secs_f64(secs)),
         method,
+        timeline: false,
     };
     let stop = AtomicBool::new(false);
     let mut out = Vec::new();
@@ -118,7 +119,7 @@ fn attribution(name: &str) {
     };
     std::thread::sleep(Duration::from_millis(100));
     let t0 = read_truth();
-    let opts = Options { hz: 1000, period: Duration::from_secs(3600), out_dir: std::env::temp_dir(), duration: None, method: None };
+    let opts = Options { hz: 1000, period: Duration::from_secs(3600), out_dir: std::env::temp_dir(), duration: None, method: None, timeline: false };
     let stop = AtomicBool::new(false);
     let started = std::time::Instant::now();
     let (profiles, summary) = std::thread::scope(|sc| {
