@@ -506,3 +506,102 @@ fn parse_size(v: &str) -> Option<usize> {
     };
     n.trim().parse::<usize>().ok()?.checked_mul(mul)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(flags: &Flags, vars: &[(&str, &str)]) -> Result<UploadConfig, ConfigError> {
+        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        UploadConfig::resolve(flags, "prog", &move |k| vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone()))
+    }
+
+    fn dd(v: &str) -> Flags {
+        Flags { datadog: Some(v.into()), ..Default::default() }
+    }
+
+    #[test]
+    fn url_rules() {
+        let url = |f: Flags, vars: &[(&str, &str)]| {
+            let c = resolve(&f, vars).unwrap();
+            c.datadog.or(c.pyroscope).or(c.otlp).unwrap().url
+        };
+        assert_eq!(url(dd(""), &[]), "http://localhost:8126/profiling/v1/input");
+        assert_eq!(url(dd("http://agent:9126"), &[]), "http://agent:9126/profiling/v1/input");
+        assert_eq!(url(dd("http://agent:9126/"), &[]), "http://agent:9126/profiling/v1/input");
+        assert_eq!(url(dd("https://intake.example/api/v2/profile"), &[]), "https://intake.example/api/v2/profile");
+        assert_eq!(url(dd(""), &[("DD_TRACE_AGENT_URL", "http://x:1")]), "http://x:1/profiling/v1/input");
+        assert_eq!(
+            url(dd(""), &[("DD_AGENT_HOST", "dd"), ("DD_TRACE_AGENT_PORT", "18126")]),
+            "http://dd:18126/profiling/v1/input"
+        );
+        assert_eq!(url(dd(""), &[("DD_AGENT_HOST", "dd")]), "http://dd:8126/profiling/v1/input");
+        let py = |v: &str| Flags { pyroscope: Some(v.into()), ..Default::default() };
+        assert_eq!(url(py("http://p:4040"), &[]), "http://p:4040/ingest");
+        assert_eq!(url(py(""), &[("PYROSCOPE_SERVER_ADDRESS", "http://p:4040")]), "http://p:4040/ingest");
+        assert_eq!(url(py("http://p:4040/custom"), &[]), "http://p:4040/custom");
+        let ot = |v: &str| Flags { otlp: Some(v.into()), ..Default::default() };
+        assert_eq!(url(ot(""), &[]), "http://localhost:4318/v1development/profiles");
+        assert_eq!(url(ot("http://c:4318"), &[]), "http://c:4318/v1development/profiles");
+        assert_eq!(url(ot("http://c:4318/p"), &[]), "http://c:4318/p");
+        assert_eq!(
+            url(ot(""), &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/base/")]),
+            "http://c:4318/base/v1development/profiles"
+        );
+        assert_eq!(
+            url(ot(""), &[("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", "http://c:1/x"), ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://d:2")]),
+            "http://c:1/x"
+        );
+        // OSPREY_* names a backend (empty: default URL) for the preloaded agent.
+        assert_eq!(url(Flags::default(), &[("OSPREY_DATADOG", "")]), "http://localhost:8126/profiling/v1/input");
+    }
+
+    #[test]
+    fn bad_configuration_is_one_line_naming_its_source() {
+        let e = |f: Flags, vars: &[(&str, &str)]| resolve(&f, vars).unwrap_err().0;
+        assert!(e(dd("ftp://x"), &[]).starts_with("--datadog: unsupported scheme \"ftp\""));
+        assert!(e(dd("localhost:8126"), &[]).starts_with("--datadog: \"localhost:8126\" is not a URL"));
+        assert!(e(dd("http://h:99999"), &[]).contains("bad port"));
+        assert!(e(dd(""), &[("DD_TRACE_AGENT_URL", "unix:///var/run/datadog/apm.socket")]).starts_with("DD_TRACE_AGENT_URL: unsupported scheme"));
+        assert!(e(Flags { tags: vec!["nocolon".into()], ..Default::default() }, &[]).starts_with("--tag: tag \"nocolon\""));
+        assert!(e(Flags::default(), &[("DD_TAGS", "a:b nocolon")]).starts_with("DD_TAGS:"));
+        assert!(e(Flags::default(), &[("OSPREY_OTLP", "http//x")]).starts_with("OSPREY_OTLP:"));
+        assert!(e(Flags { pyroscope: Some(String::new()), ..Default::default() }, &[]).contains("PYROSCOPE_SERVER_ADDRESS"));
+        for err in [e(dd("ftp://x"), &[]), e(Flags::default(), &[("OSPREY_UPLOAD_TIMEOUT", "soon")])] {
+            assert!(!err.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn precedence_tags_and_files() {
+        let c = resolve(
+            &Flags { tags: vec!["team:a".into()], ..Default::default() },
+            &[("DD_SERVICE", "dd-svc"), ("OTEL_SERVICE_NAME", "otel"), ("DD_ENV", "prod"), ("DD_TAGS", "team:b,zone:z1 rack:r"), ("PYROSCOPE_TAGS", "zone=z0")],
+        )
+        .unwrap();
+        assert_eq!(c.service, "dd-svc");
+        assert_eq!(c.env.as_deref(), Some("prod"));
+        assert_eq!(c.tags, [("zone", "z1"), ("rack", "r"), ("team", "a")].map(|(a, b)| (a.to_string(), b.to_string())));
+        assert_eq!(c.out, Some(PathBuf::from("profiles")), "files by default when no backend");
+        let c = resolve(&Flags { service: Some("flag".into()), ..dd("") }, &[("OSPREY_SERVICE", "env"), ("OTEL_RESOURCE_ATTRIBUTES", "service.version=9,deployment.environment.name=qa")]).unwrap();
+        assert_eq!((c.service.as_str(), c.version.as_deref(), c.env.as_deref()), ("flag", Some("9"), Some("qa")));
+        assert_eq!(c.out, None, "no files with a backend unless --out");
+        assert!(c.timeline);
+        let c = resolve(&Flags { out: Some("d".into()), ..dd("") }, &[]).unwrap();
+        assert_eq!(c.out, Some(PathBuf::from("d")));
+        assert_eq!(resolve(&Flags::default(), &[]).unwrap().service, "prog");
+    }
+
+    #[test]
+    fn to_env_round_trips() {
+        let flags = Flags { tags: vec!["a:1".into(), "b:x:y".into()], env: Some("e".into()), out: Some("o".into()), ..dd("http://h:1") };
+        let c = resolve(&flags, &[]).unwrap();
+        let vars = c.to_env();
+        let back = UploadConfig::resolve(&Flags::default(), "other", &|k| vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone())).unwrap();
+        assert_eq!((back.service, back.env, back.tags, back.datadog, back.out), (c.service, c.env, c.tags, c.datadog, c.out));
+        let c = resolve(&dd(""), &[]).unwrap();
+        let vars = c.to_env();
+        let back = UploadConfig::resolve(&Flags::default(), "p", &|k| vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone())).unwrap();
+        assert_eq!(back.out, None);
+    }
+}
