@@ -125,33 +125,11 @@ fn sample_python(
     up: &osprey_upload::UploadConfig,
     cfg: &osprey::Config,
 ) -> Result<osprey_python::Summary, osprey_python::Error> {
-    let runtime_id = osprey_upload::new_runtime_id();
-    let mut uploader = up.uploads().then(|| {
-        let meta = osprey_upload::Meta::new(runtime_id.clone(), pid, osprey_upload::Language::Python);
-        osprey_upload::Uploader::start(up.clone(), meta, cfg.period)
-    });
-    let out = up.out.clone();
-    let mut sink = |data: &osprey_pprof::ProfileData| -> std::io::Result<Option<PathBuf>> {
-        let mut profile = osprey_pprof::to_pprof(data);
-        let mut comments = vec![format!("runtime-id={runtime_id}")];
-        if let Some(u) = &uploader {
-            comments.extend(u.take_comments());
-        }
-        osprey_upload::add_comments(&mut profile, &comments);
-        let bytes = prost::Message::encode_to_vec(&profile);
-        let written = match &out {
-            Some(dir) => Some(osprey_pprof::file::publish(dir, data.pid, &bytes)?),
-            None => None,
-        };
-        if let Some(u) = &uploader {
-            u.submit(bytes, data.start_realtime_ns, data.start_realtime_ns + data.duration_ns);
-        }
-        Ok(written)
-    };
+    let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
+    let mut delivery = osprey_upload::Delivery::new(up.clone(), meta, cfg.period);
+    let mut sink = |data: &osprey_pprof::ProfileData| delivery.flush(data);
     let result = osprey_python::attach_with_sink(pid, opts, stop, &mut sink);
-    if let Some(u) = uploader.as_mut() {
-        report_uploads(&u.shutdown(up.exit_wait));
-    }
+    report_uploads(&delivery.finish());
     result
 }
 

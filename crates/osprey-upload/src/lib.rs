@@ -9,6 +9,7 @@
 //!
 //! | file | what |
 //! |---|---|
+//! | [`delivery`] | [`Delivery`]: file and/or upload of each period's profile, in one call |
 //! | [`config`] | flags, `OSPREY_*` and ecosystem variables -> [`UploadConfig`] |
 //! | [`queue`] | the bounded queue of one backend: oldest dropped and counted when full |
 //! | [`worker`] | [`Uploader`]: the backend threads, retries, logging, shutdown |
@@ -20,6 +21,7 @@
 
 pub mod config;
 pub mod datadog;
+pub mod delivery;
 pub mod http;
 pub mod otlp;
 pub mod provenance;
@@ -28,6 +30,7 @@ pub mod queue;
 pub mod worker;
 
 pub use config::{Backend, ConfigError, Endpoint, Flags, UploadConfig};
+pub use delivery::Delivery;
 pub use worker::{BackendStats, Uploader};
 
 /// The pprof label with a sample's wall-clock time (ns since the Unix
