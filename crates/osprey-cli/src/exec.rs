@@ -57,7 +57,9 @@ pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failu
     let up = delivery(s, &python_program_name(pid))?;
     let cfg = check_sampling(s, &up)?;
     let duration = match duration {
-        Some(d) if !(d > 0.0 && d.is_finite()) => return Err(Failure::usage(format!("--duration {d} must be positive"))),
+        Some(d) if !(d > 0.0 && d.is_finite()) => {
+            return Err(Failure::usage(format!("--duration {d} must be positive")))
+        }
         d => d.map(Duration::from_secs_f64),
     };
     let opts = python_options(&cfg, &up, duration);
@@ -172,7 +174,11 @@ fn run_python(program: &Path, cmd: &[String], s: &Sampling) -> Result<u8, Failur
     })
 }
 
-fn python_options(cfg: &osprey::Config, up: &osprey_upload::UploadConfig, duration: Option<Duration>) -> osprey_python::Options {
+fn python_options(
+    cfg: &osprey::Config,
+    up: &osprey_upload::UploadConfig,
+    duration: Option<Duration>,
+) -> osprey_python::Options {
     osprey_python::Options {
         hz: cfg.hz,
         period: cfg.period,
@@ -207,20 +213,29 @@ fn stop_on_ctrl_c() -> &'static AtomicBool {
 
 /// Validates the sampling options and the output directory before anything runs.
 fn check_sampling(s: &Sampling, up: &osprey_upload::UploadConfig) -> Result<osprey::Config, Failure> {
-    if !(s.period.is_finite() && (0.1..=86_400.0).contains(&s.period)) {
-        return Err(Failure::usage(format!("--period {} is out of range (0.1-86400 seconds)", s.period)));
-    }
-    let cfg = osprey::Config {
-        hz: s.hz,
-        period: Duration::from_secs_f64(s.period),
-        out_dir: up.out.clone().unwrap_or_else(|| PathBuf::from("profiles")),
-        ..Default::default()
-    };
-    cfg.validate().map_err(|e| Failure::usage(format!("--hz: {e}")))?;
+    let period = Duration::try_from_secs_f64(s.period)
+        .map_err(|_| Failure::usage(format!("--period: {} is not a duration in seconds", s.period)))?;
+    let out_dir = up.out.clone().unwrap_or_else(|| PathBuf::from("profiles"));
+    let cfg = osprey::Config { hz: s.hz, period, out_dir, lines: s.lines, ..Default::default() };
+    cfg.validate().map_err(config_failure)?;
     if let Some(out) = &up.out {
-        osprey::profiler::check_writable(out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
+        osprey::internals::agent::check_writable(out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
     }
     Ok(cfg)
+}
+
+/// A configuration error as the flag that caused it: `--hz: 0 Hz is out of range (1-10000)`.
+fn config_failure(e: osprey::Error) -> Failure {
+    match e {
+        osprey::Error::Config { field, reason } => {
+            let flag = match field {
+                "out_dir" => "out",
+                f => f,
+            };
+            Failure::usage(format!("--{flag}: {reason}"))
+        }
+        e => Failure::usage(e.to_string()),
+    }
 }
 
 /// Finds `name` like a shell does: a path if it has a slash, else in `$PATH`.

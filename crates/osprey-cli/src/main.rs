@@ -8,13 +8,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "osprey", version, about = "Continuous profiler for Linux: CPU time per thread and per request, as pprof.")]
+#[command(
+    name = "osprey",
+    version,
+    about = "Continuous profiler for Linux: CPU time per thread and per request, as pprof."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
 }
 
 #[derive(clap::Args, Clone, Debug)]
+/// Sampling flags shared by `exec` and `attach`.
 pub struct Sampling {
     /// Samples per CPU-second per thread (1-10000).
     #[arg(long, default_value_t = 100)]
@@ -30,6 +35,7 @@ pub struct Sampling {
     /// memory in the profiled process at each flush).
     #[arg(long)]
     pub lines: bool,
+    /// Backends, tags and upload timeouts.
     #[command(flatten)]
     pub delivery: Delivery,
 }
@@ -125,11 +131,14 @@ fn main() -> ExitCode {
 
 /// An error with the exit status it maps to.
 pub struct Failure {
+    /// The one line printed on stderr.
     pub message: String,
+    /// The exit status.
     pub code: u8,
 }
 
 impl Failure {
+    /// A usage error (exit status 2).
     pub fn usage(message: impl Into<String>) -> Self {
         Failure { message: message.into(), code: 2 }
     }

@@ -48,7 +48,20 @@ fn python_program_to_pyroscope_every_period() {
     let dir = tempdir("pyro");
     let out = Command::new(osprey())
         .current_dir(&dir)
-        .args(["exec", "--period", "0.5", "--service", "shop", "--env", "test", "--tag", "team:core", "--pyroscope", &r.url, "--"])
+        .args([
+            "exec",
+            "--period",
+            "0.5",
+            "--service",
+            "shop",
+            "--env",
+            "test",
+            "--tag",
+            "team:core",
+            "--pyroscope",
+            &r.url,
+            "--",
+        ])
         .arg(&py)
         .args(["-c", BUSY])
         .output()
@@ -144,7 +157,20 @@ fn native_programs_get_the_configuration_as_osprey_variables() {
     let out = Command::new(osprey())
         .current_dir(&dir)
         .env("DD_AGENT_HOST", "127.0.0.9")
-        .args(["exec", "--service", "s", "--version", "1.0", "--tag", "a:b", "--datadog", "--otlp", "http://127.0.0.1:1/x", "--", "env"])
+        .args([
+            "exec",
+            "--service",
+            "s",
+            "--version",
+            "1.0",
+            "--tag",
+            "a:b",
+            "--datadog",
+            "--otlp",
+            "http://127.0.0.1:1/x",
+            "--",
+            "env",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -161,8 +187,12 @@ fn native_programs_get_the_configuration_as_osprey_variables() {
         assert!(vars.contains(&v), "{v} not in {vars:?}");
     }
     // What the agent parses from them: the same configuration.
-    let env: Vec<(String, String)> = text.lines().filter_map(|l| l.split_once('=')).map(|(a, b)| (a.to_string(), b.to_string())).collect();
-    let c = osprey_upload::UploadConfig::resolve(&Default::default(), "env", &|k| env.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone())).unwrap();
+    let env: Vec<(String, String)> =
+        text.lines().filter_map(|l| l.split_once('=')).map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let c = osprey_upload::UploadConfig::resolve(&Default::default(), "env", &|k| {
+        env.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone())
+    })
+    .unwrap();
     assert_eq!((c.service.as_str(), c.out.is_none()), ("s", true));
     assert_eq!(c.datadog.unwrap().url, "http://127.0.0.9:8126/profiling/v1/input");
     let _ = std::fs::remove_dir_all(&dir);

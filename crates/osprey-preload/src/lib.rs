@@ -2,20 +2,24 @@
 //!
 //! `LD_PRELOAD=libosprey_preload.so CMD` (what `osprey exec` does) starts the
 //! profiler from a constructor, configured by `OSPREY_*` variables (see
-//! `osprey::config`), writes the last profile at `exit`, and interposes
+//! `osprey::Config`), writes the last profile at `exit`, and interposes
 //! `pthread_create` so every new thread registers itself (thread-start path)
 //! before its start routine runs. Threads created any other way are found by
 //! the agent's discovery scan.
 
 mod context_ffi;
 
-use osprey::discovery;
+use osprey::internals::threads;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Mutex;
 
 type StartRoutine = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
-type PthreadCreate =
-    unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut libc::c_void) -> libc::c_int;
+type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartRoutine,
+    *mut libc::c_void,
+) -> libc::c_int;
 
 static REAL_PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
 static EXIT_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
@@ -70,10 +74,8 @@ extern "C" fn finish() {
 fn remove_self_from_ld_preload() {
     let Some(v) = std::env::var_os("LD_PRELOAD") else { return };
     let v = v.to_string_lossy().into_owned();
-    let kept: Vec<&str> = v
-        .split([':', ' '])
-        .filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so"))
-        .collect();
+    let kept: Vec<&str> =
+        v.split([':', ' ']).filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so")).collect();
     if kept.is_empty() {
         std::env::remove_var("LD_PRELOAD");
     } else {
@@ -100,9 +102,11 @@ pub unsafe extern "C" fn pthread_create(
     let real = real_pthread_create();
     let Some(real) = real else { return libc::EAGAIN };
     let boxed = Box::into_raw(Box::new(Start { routine: start, arg }));
-    let rc = real(thread, attr, trampoline, boxed as *mut libc::c_void);
+    // SAFETY: libc's pthread_create with the caller's arguments; `trampoline` takes over `boxed`.
+    let rc = unsafe { real(thread, attr, trampoline, boxed as *mut libc::c_void) };
     if rc != 0 {
-        drop(Box::from_raw(boxed));
+        // SAFETY: the thread was not created, so `boxed` is still ours.
+        drop(unsafe { Box::from_raw(boxed) });
     }
     rc
 }
@@ -121,16 +125,21 @@ fn real_pthread_create() -> Option<PthreadCreate> {
 extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the Box made in `pthread_create`, handed over once.
     let start = unsafe { Box::from_raw(p as *mut Start) };
-    if discovery::register_current().is_some() {
+    if threads::register_current().is_some() {
         let key = EXIT_KEY.load(Acquire);
         if key != usize::MAX {
             // SAFETY: valid key; non-null marker value so the destructor runs.
-            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, 1 as *const libc::c_void) };
+            unsafe {
+                libc::pthread_setspecific(
+                    key as libc::pthread_key_t,
+                    core::ptr::NonNull::<libc::c_void>::dangling().as_ptr(),
+                )
+            };
         }
     }
     (start.routine)(start.arg)
 }
 
 extern "C" fn thread_exit(_value: *mut libc::c_void) {
-    discovery::unregister_current();
+    threads::unregister_current();
 }

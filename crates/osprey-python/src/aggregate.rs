@@ -25,13 +25,16 @@ pub struct Aggregator {
     cpu_start: Option<i64>,
     cpu_last: Option<i64>,
     /// Values, and the thread id, per (stack, labels).
-    map: HashMap<(Vec<Frame>, Vec<Label>), ([i64; 3], i32)>,
+    map: HashMap<StackKey, ([i64; 3], i32)>,
     threads: HashMap<i32, ThreadWindow>,
     /// Label each sample with its pass's wall-clock time
     /// ([`osprey_pprof::TIMESTAMP_LABEL`]): a timeline, at the cost of one
     /// sample per stack and pass instead of per stack.
     pub timeline: bool,
 }
+
+/// A sample's stack and labels.
+type StackKey = (Vec<Frame>, Vec<Label>);
 
 /// A thread's exact clock at the window's start and latest, and its raw
 /// charges in the window.
@@ -98,12 +101,8 @@ impl Aggregator {
     pub fn take(&mut self) -> ProfileData {
         let exact = |w: &ThreadWindow| w.raw > 0;
         let exact_cpu: i64 = self.threads.values().filter(|w| exact(w)).map(|w| (w.last - w.start) as i64).sum();
-        let rest_raw: i64 = self
-            .map
-            .values()
-            .filter(|(_, tid)| !self.threads.get(tid).is_some_and(exact))
-            .map(|(v, _)| v[1])
-            .sum();
+        let rest_raw: i64 =
+            self.map.values().filter(|(_, tid)| !self.threads.get(tid).is_some_and(exact)).map(|(v, _)| v[1]).sum();
         let rest_scale = match (self.cpu_start, self.cpu_last) {
             (Some(a), Some(b)) if rest_raw > 0 => Some((b - a - exact_cpu).max(0) as f64 / rest_raw as f64),
             _ => None,

@@ -21,9 +21,9 @@ pub enum InstrKind {
 /// Line table format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LineTable {
-    Lnotab,      // < 3.10: co_lnotab
+    Lnotab,       // < 3.10: co_lnotab
     Linetable310, // 3.10: co_linetable (sdelta, ldelta) pairs
-    Locations,   // 3.11+: location table
+    Locations,    // 3.11+: location table
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,7 +114,7 @@ impl Layout {
             unicode_compact_size: if old_unicode { 72 } else { 56 },
         };
         match minor {
-            8 | 9 | 10 => {
+            8..=10 => {
                 l.runtime_interpreters_head = 32;
                 (l.runtime_autotsskey, l.runtime_gil) = if minor == 8 { (1392, Some(1152)) } else { (584, Some(352)) };
                 l.tstate_thread_id = 176;

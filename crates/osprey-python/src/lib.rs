@@ -47,7 +47,14 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { hz: 100, period: Duration::from_secs(60), out_dir: PathBuf::from("."), duration: None, method: None, timeline: false }
+        Options {
+            hz: 100,
+            period: Duration::from_secs(60),
+            out_dir: PathBuf::from("."),
+            duration: None,
+            method: None,
+            timeline: false,
+        }
     }
 }
 
@@ -243,10 +250,14 @@ pub fn attach_with_sink(
     summary.retries = sampler.stats.retries;
     summary.threads_seen = sampler.stats.threads_seen.len();
     if let Some(e) = &sampler.clock_error {
-        summary.warnings.push(format!("per-thread CPU clocks unavailable ({e}): CPU time goes to runnable threads, preempted ones included"));
+        summary.warnings.push(format!(
+            "per-thread CPU clocks unavailable ({e}): CPU time goes to runnable threads, preempted ones included"
+        ));
     }
     if let Some(e) = &sampler.disc.last_ptrace_error {
-        summary.warnings.push(format!("{} ptrace failures (last: {e}); fell back to the thread lists", sampler.disc.ptrace_errors));
+        summary
+            .warnings
+            .push(format!("{} ptrace failures (last: {e}); fell back to the thread lists", sampler.disc.ptrace_errors));
     }
     Ok(summary)
 }

@@ -31,8 +31,13 @@ pub fn read_unicode(mem: &Mem, l: &Layout, addr: u64) -> io::Result<String> {
     let b = mem.read_vec(data, len * kind as usize)?;
     let s: String = match kind {
         1 => b.iter().map(|&c| c as char).collect(),
-        2 => b.chunks_exact(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32).unwrap_or('?')).collect(),
-        4 => b.chunks_exact(4).map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('?')).collect(),
+        2 => {
+            b.chunks_exact(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32).unwrap_or('?')).collect()
+        }
+        4 => b
+            .chunks_exact(4)
+            .map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('?'))
+            .collect(),
         _ => return Err(io::Error::other("bad str kind")),
     };
     Ok(s)

@@ -35,10 +35,7 @@ impl Version {
         let rest = it.next()?;
         let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
         let tail = &rest[digits.len()..];
-        if digits.is_empty()
-            || !tail.chars().all(|c| c.is_ascii_alphanumeric() || c == '+')
-            || tail.len() > 6
-        {
+        if digits.is_empty() || !tail.chars().all(|c| c.is_ascii_alphanumeric() || c == '+') || tail.len() > 6 {
             return None;
         }
         Some(Version { major, minor, micro: digits.parse().ok()? })
@@ -73,9 +70,9 @@ pub struct Target {
 fn proc_err(pid: i32, e: io::Error) -> Error {
     match e.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ESRCH) => Error::NoProcess(pid),
-        Some(libc::EACCES) | Some(libc::EPERM) => {
-            Error::Permission(format!("cannot read process {pid}: {e} (need CAP_SYS_PTRACE or same user and ptrace_scope 0)"))
-        }
+        Some(libc::EACCES) | Some(libc::EPERM) => Error::Permission(format!(
+            "cannot read process {pid}: {e} (need CAP_SYS_PTRACE or same user and ptrace_scope 0)"
+        )),
         _ => Error::Io(e),
     }
 }
@@ -111,7 +108,9 @@ pub fn find_python_module(pid: i32) -> Result<Module, Error> {
     if saw_old {
         return Err(Error::Unsupported("CPython without _PyRuntime (3.6 or older)".into()));
     }
-    Err(Error::NotCpython(format!("process {pid} has no CPython interpreter mapped (no libpython3 and no _PyRuntime in its executable)")))
+    Err(Error::NotCpython(format!(
+        "process {pid} has no CPython interpreter mapped (no libpython3 and no _PyRuntime in its executable)"
+    )))
 }
 
 /// Reads the interpreter version from the process.
@@ -140,9 +139,7 @@ pub fn read_version(mem: &Mem, module: &Module) -> Result<Version, Error> {
 }
 
 fn decode_tls(mem: &Mem, module: &Module) -> Result<TlsAccess, String> {
-    let (mut addr, size) = module
-        .sym_size("_PyThreadState_GetCurrent")
-        .ok_or("no _PyThreadState_GetCurrent symbol")?;
+    let (mut addr, size) = module.sym_size("_PyThreadState_GetCurrent").ok_or("no _PyThreadState_GetCurrent symbol")?;
     let mut size = if size == 0 { 64 } else { size.min(256) };
     for _ in 0..3 {
         let code = mem.read_vec(addr, size as usize).map_err(|e| e.to_string())?;
@@ -173,7 +170,8 @@ fn decode_pthread(pid: i32, mem: &Mem) -> Result<PthreadKeyLayout, String> {
     let (a, size) = names.iter().find_map(|n| libc.sym_size(n)).ok_or("no pthread_getspecific in libc")?;
     let size = if size == 0 { 160 } else { size.min(512) };
     let code = mem.read_vec(a, size as usize).map_err(|e| e.to_string())?;
-    decode::decode_pthread_getspecific(&code, a).ok_or_else(|| format!("unrecognized pthread_getspecific in {libc_path}"))
+    decode::decode_pthread_getspecific(&code, a)
+        .ok_or_else(|| format!("unrecognized pthread_getspecific in {libc_path}"))
 }
 
 impl Target {
@@ -203,7 +201,20 @@ impl Target {
             Err(e) => (None, Some(e)),
         };
         let code_type = module.sym("PyCode_Type");
-        Ok(Target { pid, mem, version, layout, module, runtime, code_type, tls, tls_error, pthread, pthread_error, debug_offsets })
+        Ok(Target {
+            pid,
+            mem,
+            version,
+            layout,
+            module,
+            runtime,
+            code_type,
+            tls,
+            tls_error,
+            pthread,
+            pthread_error,
+            debug_offsets,
+        })
     }
 
     /// Address of the interpreter head, 0 while the runtime is not initialized.

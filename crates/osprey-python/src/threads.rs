@@ -66,7 +66,7 @@ pub fn ptrace_fs_base(tid: i32) -> io::Result<u64> {
             std::thread::sleep(Duration::from_micros(50));
         }
         if !libc::WIFSTOPPED(status) {
-            return Err(io::Error::new(io::ErrorKind::Other, "thread exited"));
+            return Err(io::Error::other("thread exited"));
         }
         let mut regs: libc::user_regs_struct = std::mem::zeroed();
         let r = libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, &mut regs as *mut _ as usize);
@@ -85,7 +85,8 @@ pub fn list_tstates(t: &Target) -> io::Result<Vec<TstateInfo>> {
     let mut out = Vec::new();
     let mut interp = t.interp_head()?;
     let mut ni = 0;
-    let hdr = l.tstate_next.max(l.tstate_interp).max(l.tstate_thread_id).max(l.tstate_native_thread_id.unwrap_or(0)) + 8;
+    let hdr =
+        l.tstate_next.max(l.tstate_interp).max(l.tstate_thread_id).max(l.tstate_native_thread_id.unwrap_or(0)) + 8;
     while interp != 0 && ni < 64 {
         ni += 1;
         let mut ts = t.mem.u64(interp + l.interp_tstate_head)?;

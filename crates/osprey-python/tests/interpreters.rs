@@ -119,7 +119,14 @@ fn attribution(name: &str) {
     };
     std::thread::sleep(Duration::from_millis(100));
     let t0 = read_truth();
-    let opts = Options { hz: 1000, period: Duration::from_secs(3600), out_dir: std::env::temp_dir(), duration: None, method: None, timeline: false };
+    let opts = Options {
+        hz: 1000,
+        period: Duration::from_secs(3600),
+        out_dir: std::env::temp_dir(),
+        duration: None,
+        method: None,
+        timeline: false,
+    };
     let stop = AtomicBool::new(false);
     let started = std::time::Instant::now();
     let (profiles, summary) = std::thread::scope(|sc| {
@@ -131,7 +138,8 @@ fn attribution(name: &str) {
             });
             (out, r.unwrap_or_else(|e| panic!("attach: {e}")))
         });
-        while started.elapsed() < WALL_LIMIT && read_truth().iter().zip(&t0).map(|(a, b)| a - b).sum::<f64>() < CPU_GOAL {
+        while started.elapsed() < WALL_LIMIT && read_truth().iter().zip(&t0).map(|(a, b)| a - b).sum::<f64>() < CPU_GOAL
+        {
             std::thread::sleep(Duration::from_millis(50));
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -168,7 +176,10 @@ fn attribution(name: &str) {
     for (i, want) in [50.0, 30.0, 20.0].iter().enumerate() {
         assert!((truth[i] - want).abs() <= 3.0, "{name}: workload's own split {truth:?} is off 50/30/20");
     }
-    assert!(max_err <= 3.0, "{name}: attribution error {max_err:.2} points (sampled {a:.1}/{b:.1}/{c:.1}, measured {truth:?})");
+    assert!(
+        max_err <= 3.0,
+        "{name}: attribution error {max_err:.2} points (sampled {a:.1}/{b:.1}/{c:.1}, measured {truth:?})"
+    );
     // Lines are real: f50 is lines 12-16 of workload.py.
     let lines: Vec<i64> = profiles
         .iter()

@@ -40,7 +40,8 @@ fn check_layout(name: &str, minor: u32) {
     let Some(py) = common::interpreter(name) else { return };
     let prefix = py.parent().unwrap().parent().unwrap();
     let include = prefix.join(format!("include/python3.{minor}"));
-    let include = if include.exists() { include } else { std::path::PathBuf::from(format!("/usr/include/python3.{minor}")) };
+    let include =
+        if include.exists() { include } else { std::path::PathBuf::from(format!("/usr/include/python3.{minor}")) };
     let l = Layout::for_version(3, minor).unwrap();
     for (k, v) in offsets_from_headers(&include, name) {
         let ours = match k.as_str() {
@@ -80,7 +81,9 @@ fn check_layout(name: &str, minor: u32) {
 
 #[test]
 fn layouts_match_headers() {
-    for (name, minor) in [("3.8", 8), ("3.9", 9), ("3.10", 10), ("3.11", 11), ("3.12", 12), ("3.13", 13), ("debian-3.11", 11)] {
+    for (name, minor) in
+        [("3.8", 8), ("3.9", 9), ("3.10", 10), ("3.11", 11), ("3.12", 12), ("3.13", 13), ("debian-3.11", 11)]
+    {
         check_layout(name, minor);
     }
 }
@@ -177,7 +180,12 @@ fn process_exits_mid_sampling() {
         let _ = w.child.wait();
         drop(w);
     });
-    let opts = Options { hz: 200, period: Duration::from_secs(60), duration: Some(Duration::from_secs(20)), ..Default::default() };
+    let opts = Options {
+        hz: 200,
+        period: Duration::from_secs(60),
+        duration: Some(Duration::from_secs(20)),
+        ..Default::default()
+    };
     let stop = AtomicBool::new(false);
     let mut flushed = Vec::new();
     let t0 = std::time::Instant::now();

@@ -358,9 +358,13 @@ impl UploadConfig {
             if let Some(t) = get("OSPREY_PYROSCOPE_TENANT").or_else(|| get("PYROSCOPE_TENANT_ID")) {
                 headers.push(("X-Scope-OrgID".to_string(), t));
             }
-            let user = get("PYROSCOPE_BASIC_AUTH_USER").map(|u| (u, get("PYROSCOPE_BASIC_AUTH_PASSWORD").unwrap_or_default()));
+            let user =
+                get("PYROSCOPE_BASIC_AUTH_USER").map(|u| (u, get("PYROSCOPE_BASIC_AUTH_PASSWORD").unwrap_or_default()));
             if let Some((u, p)) = user.or(url.user.clone()) {
-                headers.push(("Authorization".to_string(), format!("Basic {}", crate::base64(format!("{u}:{p}").as_bytes()))));
+                headers.push((
+                    "Authorization".to_string(),
+                    format!("Basic {}", crate::base64(format!("{u}:{p}").as_bytes())),
+                ));
             }
             c.pyroscope = Some(Endpoint { url: url.with_path(PYROSCOPE_PATH), headers });
         }
@@ -374,7 +378,10 @@ impl UploadConfig {
             } else {
                 format!("http://localhost:4318{OTLP_PATH}")
             };
-            let headers = match get("OTEL_EXPORTER_OTLP_PROFILES_HEADERS").map(|h| (h, "OTEL_EXPORTER_OTLP_PROFILES_HEADERS")).or_else(|| get("OTEL_EXPORTER_OTLP_HEADERS").map(|h| (h, "OTEL_EXPORTER_OTLP_HEADERS"))) {
+            let headers = match get("OTEL_EXPORTER_OTLP_PROFILES_HEADERS")
+                .map(|h| (h, "OTEL_EXPORTER_OTLP_PROFILES_HEADERS"))
+                .or_else(|| get("OTEL_EXPORTER_OTLP_HEADERS").map(|h| (h, "OTEL_EXPORTER_OTLP_HEADERS")))
+            {
                 Some((h, what)) => parse_list(&h, &[','], '=', what)?
                     .into_iter()
                     .map(|(k, v)| (percent_decode(&k), percent_decode(&v)))
@@ -396,10 +403,20 @@ impl UploadConfig {
             (true, None, out) => out,
         };
 
-        if let Some(v) = flags.timeout.map(|t| t.to_string()).map(|t| (t, "--upload-timeout")).or_else(|| get("OSPREY_UPLOAD_TIMEOUT").map(|t| (t, "OSPREY_UPLOAD_TIMEOUT"))) {
+        if let Some(v) = flags
+            .timeout
+            .map(|t| t.to_string())
+            .map(|t| (t, "--upload-timeout"))
+            .or_else(|| get("OSPREY_UPLOAD_TIMEOUT").map(|t| (t, "OSPREY_UPLOAD_TIMEOUT")))
+        {
             c.timeout = parse_secs(&v.0, v.1)?.max(Duration::from_millis(1));
         }
-        if let Some(v) = flags.exit_wait.map(|t| t.to_string()).map(|t| (t, "--exit-wait")).or_else(|| get("OSPREY_EXIT_WAIT").map(|t| (t, "OSPREY_EXIT_WAIT"))) {
+        if let Some(v) = flags
+            .exit_wait
+            .map(|t| t.to_string())
+            .map(|t| (t, "--exit-wait"))
+            .or_else(|| get("OSPREY_EXIT_WAIT").map(|t| (t, "OSPREY_EXIT_WAIT")))
+        {
             c.exit_wait = parse_secs(&v.0, v.1)?;
         }
         if let Some(v) = get("OSPREY_UPLOAD_QUEUE") {
@@ -549,7 +566,13 @@ mod tests {
             "http://c:4318/base/v1development/profiles"
         );
         assert_eq!(
-            url(ot(""), &[("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", "http://c:1/x"), ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://d:2")]),
+            url(
+                ot(""),
+                &[
+                    ("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", "http://c:1/x"),
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://d:2")
+                ]
+            ),
             "http://c:1/x"
         );
         // OSPREY_* names a backend (empty: default URL) for the preloaded agent.
@@ -562,11 +585,16 @@ mod tests {
         assert!(e(dd("ftp://x"), &[]).starts_with("--datadog: unsupported scheme \"ftp\""));
         assert!(e(dd("localhost:8126"), &[]).starts_with("--datadog: \"localhost:8126\" is not a URL"));
         assert!(e(dd("http://h:99999"), &[]).contains("bad port"));
-        assert!(e(dd(""), &[("DD_TRACE_AGENT_URL", "unix:///var/run/datadog/apm.socket")]).starts_with("DD_TRACE_AGENT_URL: unsupported scheme"));
-        assert!(e(Flags { tags: vec!["nocolon".into()], ..Default::default() }, &[]).starts_with("--tag: tag \"nocolon\""));
+        assert!(e(dd(""), &[("DD_TRACE_AGENT_URL", "unix:///var/run/datadog/apm.socket")])
+            .starts_with("DD_TRACE_AGENT_URL: unsupported scheme"));
+        assert!(
+            e(Flags { tags: vec!["nocolon".into()], ..Default::default() }, &[]).starts_with("--tag: tag \"nocolon\"")
+        );
         assert!(e(Flags::default(), &[("DD_TAGS", "a:b nocolon")]).starts_with("DD_TAGS:"));
         assert!(e(Flags::default(), &[("OSPREY_OTLP", "http//x")]).starts_with("OSPREY_OTLP:"));
-        assert!(e(Flags { pyroscope: Some(String::new()), ..Default::default() }, &[]).contains("PYROSCOPE_SERVER_ADDRESS"));
+        assert!(
+            e(Flags { pyroscope: Some(String::new()), ..Default::default() }, &[]).contains("PYROSCOPE_SERVER_ADDRESS")
+        );
         for err in [e(dd("ftp://x"), &[]), e(Flags::default(), &[("OSPREY_UPLOAD_TIMEOUT", "soon")])] {
             assert!(!err.contains('\n'));
         }
@@ -576,14 +604,27 @@ mod tests {
     fn precedence_tags_and_files() {
         let c = resolve(
             &Flags { tags: vec!["team:a".into()], ..Default::default() },
-            &[("DD_SERVICE", "dd-svc"), ("OTEL_SERVICE_NAME", "otel"), ("DD_ENV", "prod"), ("DD_TAGS", "team:b,zone:z1 rack:r"), ("PYROSCOPE_TAGS", "zone=z0")],
+            &[
+                ("DD_SERVICE", "dd-svc"),
+                ("OTEL_SERVICE_NAME", "otel"),
+                ("DD_ENV", "prod"),
+                ("DD_TAGS", "team:b,zone:z1 rack:r"),
+                ("PYROSCOPE_TAGS", "zone=z0"),
+            ],
         )
         .unwrap();
         assert_eq!(c.service, "dd-svc");
         assert_eq!(c.env.as_deref(), Some("prod"));
         assert_eq!(c.tags, [("zone", "z1"), ("rack", "r"), ("team", "a")].map(|(a, b)| (a.to_string(), b.to_string())));
         assert_eq!(c.out, Some(PathBuf::from("profiles")), "files by default when no backend");
-        let c = resolve(&Flags { service: Some("flag".into()), ..dd("") }, &[("OSPREY_SERVICE", "env"), ("OTEL_RESOURCE_ATTRIBUTES", "service.version=9,deployment.environment.name=qa")]).unwrap();
+        let c = resolve(
+            &Flags { service: Some("flag".into()), ..dd("") },
+            &[
+                ("OSPREY_SERVICE", "env"),
+                ("OTEL_RESOURCE_ATTRIBUTES", "service.version=9,deployment.environment.name=qa"),
+            ],
+        )
+        .unwrap();
         assert_eq!((c.service.as_str(), c.version.as_deref(), c.env.as_deref()), ("flag", Some("9"), Some("qa")));
         assert_eq!(c.out, None, "no files with a backend unless --out");
         assert!(c.timeline);
@@ -594,14 +635,28 @@ mod tests {
 
     #[test]
     fn to_env_round_trips() {
-        let flags = Flags { tags: vec!["a:1".into(), "b:x:y".into()], env: Some("e".into()), out: Some("o".into()), ..dd("http://h:1") };
+        let flags = Flags {
+            tags: vec!["a:1".into(), "b:x:y".into()],
+            env: Some("e".into()),
+            out: Some("o".into()),
+            ..dd("http://h:1")
+        };
         let c = resolve(&flags, &[]).unwrap();
         let vars = c.to_env();
-        let back = UploadConfig::resolve(&Flags::default(), "other", &|k| vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone())).unwrap();
-        assert_eq!((back.service, back.env, back.tags, back.datadog, back.out), (c.service, c.env, c.tags, c.datadog, c.out));
+        let back = UploadConfig::resolve(&Flags::default(), "other", &|k| {
+            vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone())
+        })
+        .unwrap();
+        assert_eq!(
+            (back.service, back.env, back.tags, back.datadog, back.out),
+            (c.service, c.env, c.tags, c.datadog, c.out)
+        );
         let c = resolve(&dd(""), &[]).unwrap();
         let vars = c.to_env();
-        let back = UploadConfig::resolve(&Flags::default(), "p", &|k| vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone())).unwrap();
+        let back = UploadConfig::resolve(&Flags::default(), "p", &|k| {
+            vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone())
+        })
+        .unwrap();
         assert_eq!(back.out, None);
     }
 }

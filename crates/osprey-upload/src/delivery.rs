@@ -28,7 +28,12 @@ impl Delivery {
     }
 
     /// [`UploadConfig::from_env`] (the preloaded agent), for this process.
-    pub fn from_env(program: &str, runtime_id: &str, language: Language, period: Duration) -> Result<Delivery, ConfigError> {
+    pub fn from_env(
+        program: &str,
+        runtime_id: &str,
+        language: Language,
+        period: Duration,
+    ) -> Result<Delivery, ConfigError> {
         let cfg = UploadConfig::from_env(program)?;
         let meta = Meta::new(runtime_id, std::process::id() as i32, language);
         Ok(Delivery::new(cfg, meta, period))

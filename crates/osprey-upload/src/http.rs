@@ -35,12 +35,8 @@ pub fn agent() -> ureq::Agent {
 }
 
 pub fn post(agent: &ureq::Agent, req: &Request, timeout: Duration) -> Outcome {
-    let mut r = agent
-        .post(&req.url)
-        .config()
-        .timeout_global(Some(timeout))
-        .build()
-        .header("Content-Type", &req.content_type);
+    let mut r =
+        agent.post(&req.url).config().timeout_global(Some(timeout)).build().header("Content-Type", &req.content_type);
     for (k, v) in &req.headers {
         r = r.header(k.as_str(), v.as_str());
     }
@@ -68,7 +64,11 @@ pub fn post(agent: &ureq::Agent, req: &Request, timeout: Duration) -> Outcome {
                 text.push('…');
             }
             let reason = resp.status().canonical_reason().unwrap_or("");
-            let what = if text.is_empty() { format!("HTTP {status} {reason}") } else { format!("HTTP {status} {reason}: {text}") };
+            let what = if text.is_empty() {
+                format!("HTTP {status} {reason}")
+            } else {
+                format!("HTTP {status} {reason}: {text}")
+            };
             if status == 429 || status == 408 || status >= 500 {
                 Outcome::Retry { why: what, after }
             } else {

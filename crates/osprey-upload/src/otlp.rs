@@ -58,7 +58,13 @@ pub fn resource(cfg: &UploadConfig, meta: &Meta) -> Resource {
 }
 
 /// Converts `p`, a profile covering `[start_ns, end_ns)`.
-pub fn convert(p: &Profile, cfg: &UploadConfig, meta: &Meta, start_ns: i64, end_ns: i64) -> ExportProfilesServiceRequest {
+pub fn convert(
+    p: &Profile,
+    cfg: &UploadConfig,
+    meta: &Meta,
+    start_ns: i64,
+    end_ns: i64,
+) -> ExportProfilesServiceRequest {
     let mut dict = otel::ProfilesDictionary {
         mapping_table: vec![otel::Mapping::default()],
         location_table: vec![otel::Location::default()],
@@ -144,7 +150,8 @@ pub fn convert(p: &Profile, cfg: &UploadConfig, meta: &Meta, start_ns: i64, end_
                 if l.num != 0 {
                     let next = dict.link_table.len() as i32;
                     c.link = *links.entry(l.num).or_insert_with(|| {
-                        dict.link_table.push(otel::Link { trace_id: vec![0; 16], span_id: (l.num as u64).to_be_bytes().to_vec() });
+                        dict.link_table
+                            .push(otel::Link { trace_id: vec![0; 16], span_id: (l.num as u64).to_be_bytes().to_vec() });
                         next
                     });
                 }
@@ -178,7 +185,10 @@ pub fn convert(p: &Profile, cfg: &UploadConfig, meta: &Meta, start_ns: i64, end_
     }
     let mut profile_id = crate::new_runtime_id().replace('-', "").into_bytes();
     profile_id.truncate(16);
-    let period_type = p.period_type.as_ref().map(|t| otel::ValueType { type_strindex: t.r#type as i32, unit_strindex: t.unit as i32 });
+    let period_type = p
+        .period_type
+        .as_ref()
+        .map(|t| otel::ValueType { type_strindex: t.r#type as i32, unit_strindex: t.unit as i32 });
     let profiles = p
         .sample_type
         .iter()

@@ -42,7 +42,9 @@ fn mapped_files(pid: i32) -> Vec<(String, bool)> {
 }
 
 fn exe(pid: i32) -> Option<String> {
-    std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string().trim_end_matches(" (deleted)").to_string())
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| p.display().to_string().trim_end_matches(" (deleted)").to_string())
 }
 
 fn base(p: &str) -> &str {
@@ -83,7 +85,11 @@ fn in_target(pid: i32, p: &Path) -> PathBuf {
     }
     let root = PathBuf::from(format!("/proc/{pid}/root"));
     let through = root.join(p.strip_prefix("/").unwrap_or(p));
-    if through.exists() { through } else { p.to_path_buf() }
+    if through.exists() {
+        through
+    } else {
+        p.to_path_buf()
+    }
 }
 
 /// `pythonX.Y` and the interpreter's prefix, from libpython or the executable.
@@ -98,8 +104,13 @@ fn python_prefix(pid: i32) -> Option<(String, PathBuf)> {
             return Some((ver, PathBuf::from(&p[..i])));
         }
     }
-    let name = files.iter().map(|(p, _)| base(p).to_string()).find(|b| b.starts_with("libpython3.")).or_else(|| Some(base(&exe).to_string()))?;
-    let ver: String = name.trim_start_matches("lib").chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '.').collect();
+    let name = files
+        .iter()
+        .map(|(p, _)| base(p).to_string())
+        .find(|b| b.starts_with("libpython3."))
+        .or_else(|| Some(base(&exe).to_string()))?;
+    let ver: String =
+        name.trim_start_matches("lib").chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '.').collect();
     let ver = ver.trim_end_matches(".so").trim_end_matches('.').to_string();
     let prefix = Path::new(&exe).parent()?.parent()?.to_path_buf();
     ver.starts_with("python3.").then_some((ver, prefix))
@@ -112,12 +123,7 @@ pub fn python(pid: i32) -> Vec<Value> {
         return native(pid);
     };
     let stdlib = prefix.join("lib").join(&ver);
-    out.push(entry(
-        "standard library",
-        "stdlib",
-        ver.trim_start_matches("python"),
-        vec![stdlib.display().to_string()],
-    ));
+    out.push(entry("standard library", "stdlib", ver.trim_start_matches("python"), vec![stdlib.display().to_string()]));
     // Site directories, in sys.path order as far as it can be told from outside.
     let mut sites: Vec<PathBuf> = Vec::new();
     if let Some(pp) = environ(pid, "PYTHONPATH") {
@@ -155,7 +161,9 @@ pub fn python(pid: i32) -> Vec<Value> {
                 continue;
             }
             let meta = std::fs::read_to_string(e.path().join("METADATA")).unwrap_or_default();
-            let field = |k: &str| meta.lines().take_while(|l| !l.is_empty()).find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()));
+            let field = |k: &str| {
+                meta.lines().take_while(|l| !l.is_empty()).find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
+            };
             let Some(name) = field("Name:") else { continue };
             let version = field("Version:").unwrap_or_default();
             let record = std::fs::read_to_string(e.path().join("RECORD")).unwrap_or_default();
@@ -166,7 +174,11 @@ pub fn python(pid: i32) -> Vec<Value> {
                     continue;
                 }
                 let top = file.split('/').next().unwrap_or(file);
-                if top.ends_with(".dist-info") || top.ends_with(".data") || top == "__pycache__" || top.ends_with(".pth") {
+                if top.ends_with(".dist-info")
+                    || top.ends_with(".data")
+                    || top == "__pycache__"
+                    || top.ends_with(".pth")
+                {
                     continue;
                 }
                 if !file.contains('/') && !(top.ends_with(".py") || top.ends_with(".so")) {

@@ -26,7 +26,8 @@ pub const HIGH_CARDINALITY: &[&str] =
 
 /// A Pyroscope label name: `[A-Za-z_][A-Za-z0-9_.]*`.
 pub fn label_name(k: &str) -> String {
-    let mut s: String = k.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' }).collect();
+    let mut s: String =
+        k.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' }).collect();
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
         s.insert(0, '_');
     }

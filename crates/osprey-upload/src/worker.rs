@@ -361,7 +361,10 @@ fn run(s: &Shared, i: usize) {
                     log.next = now + s.log_interval;
                 }
                 l.stats.last_error = Some(why);
-                Some(after.map_or_else(|| backoff(s.cfg.retry_base, s.cfg.retry_max, attempt), |a| a.min(s.cfg.retry_max.max(a))))
+                Some(after.map_or_else(
+                    || backoff(s.cfg.retry_base, s.cfg.retry_max, attempt),
+                    |a| a.min(s.cfg.retry_max.max(a)),
+                ))
             }
         };
         if let Some(wait) = wait {

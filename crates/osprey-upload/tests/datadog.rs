@@ -68,14 +68,17 @@ fn the_datadog_test_agent_receives_a_profile() {
     let stats = u.shutdown(Duration::from_secs(10));
     assert_eq!(stats[0].delivered, 2, "{stats:?}");
 
-    let body = ureq::get(&format!("{}/test/session/requests", agent.url)).call().unwrap().body_mut().read_to_string().unwrap();
+    let body =
+        ureq::get(&format!("{}/test/session/requests", agent.url)).call().unwrap().body_mut().read_to_string().unwrap();
     let reqs: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
-    let reqs: Vec<&serde_json::Value> = reqs.iter().filter(|r| r["url"].as_str().unwrap().ends_with("/profiling/v1/input")).collect();
+    let reqs: Vec<&serde_json::Value> =
+        reqs.iter().filter(|r| r["url"].as_str().unwrap().ends_with("/profiling/v1/input")).collect();
     assert_eq!(reqs.len(), 2);
     let r = reqs[0];
     assert_eq!(r["method"], "POST");
     let headers = r["headers"].as_object().unwrap();
-    let header = |k: &str| headers.iter().find(|(h, _)| h.eq_ignore_ascii_case(k)).map(|(_, v)| v.as_str().unwrap().to_string());
+    let header =
+        |k: &str| headers.iter().find(|(h, _)| h.eq_ignore_ascii_case(k)).map(|(_, v)| v.as_str().unwrap().to_string());
     assert_eq!(header("DD-API-KEY").as_deref(), Some("secret-key"));
     let ctype = header("Content-Type").unwrap();
     assert!(ctype.starts_with("multipart/form-data; boundary="), "{ctype}");
@@ -91,14 +94,32 @@ fn the_datadog_test_agent_receives_a_profile() {
     assert_eq!(event["family"], "native");
     assert_eq!(event["attachments"], serde_json::json!(["auto.pprof", "code-provenance.json"]));
     let tags: Vec<&str> = event["tags_profiler"].as_str().unwrap().split(',').collect();
-    for t in ["service:billing", "env:staging", "version:1.2.3", "team:core", "runtime-id:0a1b2c3d-0000-4000-8000-000000000001", "language:native"] {
+    for t in [
+        "service:billing",
+        "env:staging",
+        "version:1.2.3",
+        "team:core",
+        "runtime-id:0a1b2c3d-0000-4000-8000-000000000001",
+        "language:native",
+    ] {
         assert!(tags.contains(&t), "{t} not in {tags:?}");
     }
-    assert!(tags.iter().any(|t| t.starts_with("host:")) && tags.iter().any(|t| t.starts_with("profiler_version:osprey-")));
+    assert!(
+        tags.iter().any(|t| t.starts_with("host:")) && tags.iter().any(|t| t.starts_with("profiler_version:osprey-"))
+    );
     assert_eq!(event["start"], osprey_upload::rfc3339(start));
     // Contiguous: the second starts where the first ended.
     let raw2 = base64::engine::general_purpose::STANDARD.decode(reqs[1]["body"].as_str().unwrap()).unwrap();
-    let ctype2 = reqs[1]["headers"].as_object().unwrap().iter().find(|(h, _)| h.eq_ignore_ascii_case("content-type")).unwrap().1.as_str().unwrap().to_string();
+    let ctype2 = reqs[1]["headers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(h, _)| h.eq_ignore_ascii_case("content-type"))
+        .unwrap()
+        .1
+        .as_str()
+        .unwrap()
+        .to_string();
     let event2: serde_json::Value = serde_json::from_slice(&multipart(&ctype2, &raw2)[0].3).unwrap();
     assert_eq!(event2["start"], event["end"]);
 

@@ -26,7 +26,13 @@ fn the_official_classes_decode_what_is_sent() {
         "OTEL_EXPORTER_OTLP_HEADERS" => Some("x-api-key=abc%20def".to_string()),
         _ => None,
     };
-    let flags = Flags { otlp: Some(r.url.clone()), service: Some("cart".into()), env: Some("prod".into()), version: Some("3.1".into()), ..Default::default() };
+    let flags = Flags {
+        otlp: Some(r.url.clone()),
+        service: Some("cart".into()),
+        env: Some("prod".into()),
+        version: Some("3.1".into()),
+        ..Default::default()
+    };
     let cfg = UploadConfig::resolve(&flags, "x", &env).unwrap();
     let mut u = Uploader::start(cfg, Meta::new("rt-otlp", 4242, Language::Python), Duration::from_secs(60));
     let data = profile(25, 2, true);

@@ -17,7 +17,13 @@ fn ingest_gets_series_labels_and_a_pprof_without_high_cardinality_labels() {
         _ => None,
     };
     let url = r.url.replace("http://", "http://alice:s3cret@");
-    let flags = Flags { pyroscope: Some(url), env: Some("prod".into()), version: Some("2.0".into()), tags: vec!["team:core".into()], ..Default::default() };
+    let flags = Flags {
+        pyroscope: Some(url),
+        env: Some("prod".into()),
+        version: Some("2.0".into()),
+        tags: vec!["team:core".into()],
+        ..Default::default()
+    };
     let cfg = UploadConfig::resolve(&flags, "checkout", &env).unwrap();
     assert!(!cfg.timeline, "off for Pyroscope alone");
     let mut u = Uploader::start(cfg, Meta::new("rt", 1, Language::Python), Duration::from_secs(60));
@@ -37,6 +43,7 @@ fn ingest_gets_series_labels_and_a_pprof_without_high_cardinality_labels() {
     assert_eq!(q.header("Authorization"), Some("Basic YWxpY2U6czNjcmV0"));
     let p: osprey_pprof::pprof::Profile = prost::Message::decode(&gunzip(&q.body)[..]).unwrap();
     assert_eq!(p.sample.iter().map(|s| s.value[0]).sum::<i64>(), 60);
-    let keys: std::collections::BTreeSet<&str> = p.sample.iter().flat_map(|s| s.label.iter().map(|l| p.string(l.key))).collect();
+    let keys: std::collections::BTreeSet<&str> =
+        p.sample.iter().flat_map(|s| s.label.iter().map(|l| p.string(l.key))).collect();
     assert_eq!(keys.into_iter().collect::<Vec<_>>(), ["state"], "only low-cardinality labels stay");
 }

@@ -1,6 +1,6 @@
-//! Finding threads: the thread-start path (a thread registers itself) and
-//! the discovery path (a periodic scan of `/proc/self/task` primes threads
-//! nobody announced with the priming signal).
+//! The discovery path: a periodic scan of `/proc/self/task` primes threads
+//! nobody announced with the priming signal (the thread-start path is in
+//! `crate::threads`).
 //!
 //! inotify on `/proc/self/task` never fires (procfs sends no events), so the
 //! scan runs every `scan_interval` (10 ms by default). A new thread can run
@@ -8,93 +8,13 @@
 //! in that window (its CPU clock is armed only once it has a record), so no
 //! handler ever runs on an unregistered thread because of osprey's clocks.
 
-use crate::handler::STATE;
-use crate::registry::{state, Path, Record, Registry, SignalBlock};
-use crate::{sampler, sys};
+use crate::cpu_clock;
+use crate::record::{Record, RecordState};
+use crate::registry::Registry;
+use crate::signal::{sys, STATE};
+use crate::threads::{list_threads, stack_bounds_of, thread_cpu_ns};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::*;
-
-/// Tids of the threads in this process, from `/proc/self/task`.
-pub fn list_threads() -> std::io::Result<Vec<i32>> {
-    let mut tids: Vec<i32> = std::fs::read_dir("/proc/self/task")?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
-}
-
-/// Stack mapping `[lo, hi)` of the calling thread (pthread_getattr_np; the
-/// main thread's lower bound comes from RLIMIT_STACK). Not signal-safe.
-pub fn current_stack_bounds() -> Option<(usize, usize)> {
-    // SAFETY: attr initialised by pthread_getattr_np and destroyed after use.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return None;
-        }
-        let mut addr: *mut libc::c_void = core::ptr::null_mut();
-        let mut size: libc::size_t = 0;
-        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-        libc::pthread_attr_destroy(&mut attr);
-        ok.then(|| (addr as usize, addr as usize + size))
-    }
-}
-
-/// The mapping of `/proc/self/maps` that contains `sp`. For the main
-/// thread's growable `[stack]` the lower bound is extended to the stack rlimit.
-pub fn stack_bounds_of(sp: usize, maps: &str) -> Option<(usize, usize)> {
-    for line in maps.lines() {
-        let mut parts = line.split_whitespace();
-        let range = parts.next()?;
-        let (a, b) = range.split_once('-')?;
-        let (lo, hi) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
-        if (lo..hi).contains(&sp) {
-            if line.ends_with("[stack]") {
-                return Some((hi.saturating_sub(stack_rlimit()), hi));
-            }
-            return Some((lo, hi));
-        }
-    }
-    None
-}
-
-fn stack_rlimit() -> usize {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: valid out pointer.
-    unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut r) };
-    if r.rlim_cur == libc::RLIM_INFINITY || r.rlim_cur == 0 { 1 << 30 } else { r.rlim_cur as usize }
-}
-
-/// Thread-start path: registers the calling thread, learns its stack and arms
-/// its CPU clock, all with signals blocked. Idempotent.
-pub fn register_current() -> Option<(usize, &'static Record)> {
-    let reg = Registry::get()?;
-    let _blocked = SignalBlock::all();
-    // Outside any handler the pool may grow on the spot: a burst of new
-    // threads can outrun the collector's recycling of exited ones.
-    let (idx, rec) = reg
-        .claim_current(Path::ThreadStart)
-        .or_else(|| if reg.grow_now() { reg.claim_current(Path::ThreadStart) } else { None })?;
-    if rec.stack_hi.load(Acquire) == 0 {
-        if let Some((lo, hi)) = current_stack_bounds() {
-            rec.stack_lo.store(lo, Relaxed);
-            rec.stack_hi.store(hi, Release);
-        }
-    }
-    let _ = sampler::arm(rec);
-    Some((idx, rec))
-}
-
-/// Thread-exit path: disarms and retires the calling thread's record.
-pub fn unregister_current() {
-    let Some(reg) = Registry::get() else { return };
-    let _blocked = SignalBlock::all();
-    if let Some((_, rec)) = reg.current() {
-        sampler::disarm(rec);
-        reg.retire(rec.tid.load(Relaxed));
-    }
-}
 
 /// The periodic scan. Owned by the agent thread.
 #[derive(Default)]
@@ -160,11 +80,11 @@ impl Discovery {
         self.scans += 1;
         reg.for_each_active(|_, rec| {
             let tid = rec.tid.load(Relaxed);
-            if rec.state() == state::CLAIMED
+            if rec.state() == RecordState::Claimed
                 && rec.registered_ns.load(Relaxed) < started
                 && tids.binary_search(&tid).is_err()
             {
-                sampler::disarm(rec);
+                cpu_clock::disarm(rec);
                 reg.retire(tid);
             }
         });
@@ -207,12 +127,6 @@ impl Discovery {
     }
 }
 
-/// CPU time of thread `tid` in ns (first field of schedstat).
-pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    s.split_whitespace().next()?.parse().ok()
-}
-
 /// Stack bounds and CPU clock for a record claimed by the priming handler.
 fn complete_setup(rec: &Record, maps: &mut Option<String>) {
     if rec.stack_hi.load(Acquire) == 0 {
@@ -226,6 +140,6 @@ fn complete_setup(rec: &Record, maps: &mut Option<String>) {
         }
     }
     if rec.perf_fd.load(Relaxed) < 0 {
-        let _ = sampler::arm(rec);
+        let _ = cpu_clock::arm(rec);
     }
 }

@@ -1,8 +1,8 @@
-//! Exhaustion (issue 3): 500 live threads, a pool of 64, no growth — the
+//! Exhaustion: 500 live threads, a pool of 64, no growth — the
 //! samples of threads without a record are counted as dropped; the process
 //! is fine.
 
-use osprey::registry::{Registry, RegistryConfig};
+use osprey::internals::registry::{Registry, RegistryConfig};
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -37,7 +37,7 @@ fn five_hundred_threads_with_sixty_four_records() {
         .collect();
     barrier.wait();
     std::thread::sleep(Duration::from_secs(3));
-    let stats = osprey::profiler::stats();
+    let stats = osprey::internals::agent::stats();
     stop.store(true, Relaxed);
     for h in hs {
         h.join().unwrap();

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -28,8 +29,8 @@ fn measure(hz: u32, secs: f64) -> (u64, u64) {
         .map(|_| {
             std::thread::spawn(move || {
                 let _reg = osprey::register_current_thread().expect("registered");
-                let reg = osprey::registry::Registry::get().unwrap();
-                let (_, rec) = reg.current().unwrap();
+                let reg = osprey::internals::registry::Registry::get().unwrap();
+                let (_, rec) = reg.lookup(osprey::internals::signal::sys::gettid()).unwrap();
                 let (s0, c0) = (rec.samples.load(Relaxed), thread_cpu_ns());
                 burn(Duration::from_secs_f64(secs));
                 let (s1, c1) = (rec.samples.load(Relaxed), thread_cpu_ns());
@@ -44,7 +45,11 @@ fn measure(hz: u32, secs: f64) -> (u64, u64) {
 }
 
 fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-rate-{}-{}", std::process::id(), osprey::sys::monotonic_ns()));
+    let d = std::env::temp_dir().join(format!(
+        "osprey-rate-{}-{}",
+        std::process::id(),
+        osprey::internals::signal::sys::monotonic_ns()
+    ));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

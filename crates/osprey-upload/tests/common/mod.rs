@@ -226,7 +226,9 @@ pub fn multipart(content_type: &str, body: &[u8]) -> Vec<(String, String, String
     let delim = format!("--{boundary}");
     let mut out = Vec::new();
     let text = body;
-    let find = |hay: &[u8], needle: &[u8], from: usize| hay[from..].windows(needle.len()).position(|w| w == needle).map(|p| p + from);
+    let find = |hay: &[u8], needle: &[u8], from: usize| {
+        hay[from..].windows(needle.len()).position(|w| w == needle).map(|p| p + from)
+    };
     let mut pos = find(text, delim.as_bytes(), 0).unwrap() + delim.len();
     loop {
         if text[pos..].starts_with(b"--") {
@@ -238,7 +240,11 @@ pub fn multipart(content_type: &str, body: &[u8]) -> Vec<(String, String, String
         let next = find(text, format!("\r\n{delim}").as_bytes(), hend + 4).unwrap();
         let data = text[hend + 4..next].to_vec();
         let attr = |k: &str| {
-            head.split(';').find_map(|p| p.trim().strip_prefix(&format!("{k}=\"")).map(|v| v.split('"').next().unwrap().to_string())).unwrap_or_default()
+            head.split(';')
+                .find_map(|p| {
+                    p.trim().strip_prefix(&format!("{k}=\"")).map(|v| v.split('"').next().unwrap().to_string())
+                })
+                .unwrap_or_default()
         };
         let ctype = head.lines().find_map(|l| l.strip_prefix("Content-Type: ")).unwrap_or("").to_string();
         out.push((attr("name"), attr("filename"), ctype, data));

@@ -8,7 +8,10 @@
 //! that consumed the CPU, not a random one. Every overflow queues one signal;
 //! no re-arming syscall is needed in the handler.
 
+use crate::record::Record;
+use crate::signal::STATE;
 use std::io;
+use std::sync::atomic::Ordering::*;
 
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
@@ -107,16 +110,13 @@ pub fn close_cpu_clock(fd: i32) {
 fn perf_event_open(attr: &PerfEventAttr, tid: i32) -> i32 {
     // SAFETY: valid attr pointer; pid = tid, cpu = -1 (any), no group.
     unsafe {
-        libc::syscall(libc::SYS_perf_event_open, attr as *const PerfEventAttr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC)
-            as i32
+        libc::syscall(libc::SYS_perf_event_open, attr as *const PerfEventAttr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC) as i32
     }
 }
 
 /// Gives `rec`'s thread a CPU clock if sampling is on and it has none.
 /// Safe to race with itself: the fd is published with a CAS, the loser closes its own.
-pub fn arm(rec: &crate::registry::Record) -> io::Result<()> {
-    use crate::handler::STATE;
-    use std::sync::atomic::Ordering::*;
+pub fn arm(rec: &Record) -> io::Result<()> {
     let tid = rec.tid.load(Relaxed);
     if !STATE.enabled.load(Acquire) || rec.perf_fd.load(Acquire) >= 0 || tid <= 0 {
         return Ok(());
@@ -129,6 +129,6 @@ pub fn arm(rec: &crate::registry::Record) -> io::Result<()> {
 }
 
 /// Takes away `rec`'s CPU clock, if any.
-pub fn disarm(rec: &crate::registry::Record) {
-    close_cpu_clock(rec.perf_fd.swap(-1, std::sync::atomic::Ordering::AcqRel));
+pub fn disarm(rec: &Record) {
+    close_cpu_clock(rec.perf_fd.swap(-1, AcqRel));
 }

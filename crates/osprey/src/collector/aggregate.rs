@@ -1,4 +1,4 @@
-//! The recorder: drains per-thread sample rings, aggregates samples by
+//! The aggregator: drains per-thread sample rings, aggregates samples by
 //! (trace, thread, context), and at flush resolves trace ids against the
 //! rotated call trace storage into a [`ProfileData`].
 //!
@@ -11,11 +11,12 @@
 //! yields every sample whose trace is in the rotated table; samples of the new
 //! epoch stay pending until the next flush.
 
-use crate::context::{self, TAG_SLOTS};
+use crate::context;
+use crate::record::{RecordState, SampleRecord, TAG_SLOTS};
+use crate::registry::Registry;
+use crate::signal::sys;
+use crate::storage::{CallTraceStorage, DROPPED_TRACE_ID};
 use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
-use crate::registry::{state, Registry};
-use crate::storage::{CallTraceStorage, SampleRecord, DROPPED_TRACE_ID};
-use crate::sys;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::*;
 
@@ -38,12 +39,15 @@ struct Agg {
 
 /// Synthetic frame names.
 pub const FRAME_STORAGE_FULL: &str = "[osprey] dropped: call trace storage full";
+/// Samples lost because a thread's sample ring was full.
 pub const FRAME_RING_FULL: &str = "[osprey] lost: sample buffer full";
+/// Samples on threads without a registry record.
 pub const FRAME_UNREGISTERED: &str = "[osprey] dropped: thread not registered";
 pub const FRAME_UNRESOLVED: &str = "[osprey] unresolved call trace";
+/// Marks a stack cut at the maximum depth.
 pub const FRAME_TRUNCATED: &str = "[truncated]";
 
-pub struct Recorder {
+pub struct Aggregator {
     pending: HashMap<Key, Agg>,
     lost_ring: HashMap<i32, u64>,
     names: HashMap<i32, String>,
@@ -53,9 +57,9 @@ pub struct Recorder {
     unregistered_seen: u64,
 }
 
-impl Default for Recorder {
+impl Default for Aggregator {
     fn default() -> Self {
-        Recorder {
+        Aggregator {
             pending: HashMap::new(),
             lost_ring: HashMap::new(),
             names: HashMap::new(),
@@ -66,11 +70,11 @@ impl Default for Recorder {
     }
 }
 
-impl Recorder {
+impl Aggregator {
     /// Drains every ring; recycles retired records once drained.
     pub fn drain(&mut self, reg: &Registry) {
         reg.for_each_active(|idx, rec| {
-            let retired = rec.state() == state::RETIRED;
+            let retired = rec.state() == RecordState::Retired;
             // A retired record's tid is already 0: its samples still name the thread.
             let mut tid = rec.tid.load(Relaxed);
             rec.ring.drain(|s| {
@@ -91,10 +95,10 @@ impl Recorder {
     /// exits before its samples are drained still has its name.
     pub fn note_threads(&mut self, tids: &[i32]) {
         for &tid in tids {
-            if !self.names.contains_key(&tid) {
+            if let std::collections::hash_map::Entry::Vacant(e) = self.names.entry(tid) {
                 let name = thread_name(tid);
                 if !name.is_empty() {
-                    self.names.insert(tid, name);
+                    e.insert(name);
                 }
             }
         }
@@ -117,7 +121,13 @@ impl Recorder {
     }
 
     /// Rotates storage, drains, and returns the profile of the period that ends now.
-    pub fn flush(&mut self, reg: &Registry, storage: &CallTraceStorage, period_ns: u64, comments: Vec<String>) -> ProfileData {
+    pub fn flush(
+        &mut self,
+        reg: &Registry,
+        storage: &CallTraceStorage,
+        period_ns: u64,
+        comments: Vec<String>,
+    ) -> ProfileData {
         let collected = storage.rotate();
         self.drain(reg);
         // Names may change after a thread starts (pthread_setname_np): refresh the living.
@@ -213,11 +223,8 @@ impl Recorder {
 }
 
 fn native_frames(addrs: &[u64], truncated: bool) -> Vec<Frame> {
-    let mut frames: Vec<Frame> = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, &addr)| Frame::Native { addr, return_address: i > 0 })
-        .collect();
+    let mut frames: Vec<Frame> =
+        addrs.iter().enumerate().map(|(i, &addr)| Frame::Native { addr, return_address: i > 0 }).collect();
     if truncated {
         frames.push(Frame::Synthetic(FRAME_TRUNCATED.into()));
     }
@@ -234,7 +241,5 @@ fn thread_labels(tid: i32, name: Option<&String>) -> Vec<Label> {
 
 /// The thread's name from `/proc/self/task/TID/comm` (empty if gone).
 pub fn thread_name(tid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_default()
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default()
 }

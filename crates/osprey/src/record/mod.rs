@@ -1,0 +1,102 @@
+//! The layout shared by the registry, the trace context and the sample ring:
+//! one [`Record`] per profiled thread, holding its [`ContextRecord`] and its
+//! [`SampleRing`]. Records live in memory mapped up front and zeroed; all-zero
+//! bytes are a valid free record except `perf_fd`, which the registry sets to
+//! -1 when it maps a segment.
+//!
+//! Every field is an atomic or a signal-safe structure: handlers read and
+//! write records without locks.
+
+mod context;
+mod ring;
+
+pub use context::{checksum, tags_term, torn_reads, ContextRecord, ContextSnapshot, KNUTH, TAG_SLOTS, TORN_READS};
+pub use ring::{SampleRecord, SampleRing, RING_CAPACITY};
+
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+
+/// Where a record is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum RecordState {
+    /// On the free list.
+    Free = 0,
+    /// Owned by a live thread.
+    Claimed = 1,
+    /// The thread is gone; waiting for the collector to drain and recycle it.
+    Retired = 2,
+}
+
+impl RecordState {
+    #[inline]
+    fn from_u32(v: u32) -> RecordState {
+        match v {
+            1 => RecordState::Claimed,
+            2 => RecordState::Retired,
+            _ => RecordState::Free,
+        }
+    }
+}
+
+/// How a thread got its record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Origin {
+    /// Registered from inside the thread before its start routine (interposed
+    /// `pthread_create`, or `register_current_thread` in library mode).
+    ThreadStart = 1,
+    /// Found by the discovery scan and primed by the real-time signal.
+    Discovery = 2,
+}
+
+/// Per-thread profiler state. Lives in a pool mapped up front; see module docs.
+#[repr(C, align(64))]
+pub struct Record {
+    /// Trace context, written by the application thread, read by the handler.
+    pub context: ContextRecord,
+    /// Owning OS thread id (0 when free).
+    pub tid: AtomicI32,
+    /// [`RecordState`] as u32; see [`Record::state`].
+    pub(crate) state: AtomicU32,
+    /// Free-list link (index + 1 of the next free record, 0 = end).
+    pub(crate) next_free: AtomicU32,
+    /// [`Origin`] as u32 (0 when free).
+    pub origin: AtomicU32,
+    /// perf_event fd driving this thread's CPU-time samples (-1: none).
+    pub perf_fd: AtomicI32,
+    /// Set while this thread runs a profiler signal handler (nesting depth).
+    pub in_handler: AtomicU32,
+    /// Highest stack address of the thread (exclusive); 0 = unknown yet.
+    pub stack_hi: AtomicUsize,
+    /// Lowest mapped stack address of the thread; 0 = unknown yet.
+    pub stack_lo: AtomicUsize,
+    /// A stack pointer seen while priming, so the collector can find the stack mapping.
+    pub primed_sp: AtomicUsize,
+    /// `starttime` from `/proc/self/task/TID/stat` (detects tid reuse); 0 = unknown.
+    pub start_time: AtomicU64,
+    /// Monotonic time of registration.
+    pub registered_ns: AtomicU64,
+    /// Samples this thread took while the ring was full (reported, never silent).
+    pub ring_overflow: AtomicU64,
+    /// Samples taken on this thread.
+    pub samples: AtomicU64,
+    /// Per-thread sample records, drained by the collector.
+    pub ring: SampleRing,
+}
+
+impl Record {
+    /// Where the record is in its life (Acquire).
+    #[inline]
+    pub fn state(&self) -> RecordState {
+        RecordState::from_u32(self.state.load(Acquire))
+    }
+
+    /// How the owning thread got the record, if claimed.
+    pub fn origin(&self) -> Option<Origin> {
+        match self.origin.load(Relaxed) {
+            1 => Some(Origin::ThreadStart),
+            2 => Some(Origin::Discovery),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The two signal handlers.
+//!
+//! - [`on_sample`], run by the **sampling** signal that a thread's CPU clock
+//!   (`crate::cpu_clock`) delivers to that very thread: walks the stack, reads
+//!   the trace context, stores the stack and pushes a sample record.
+//! - [`on_prime`], run by the **priming** signal that discovery sends to a
+//!   thread nobody announced: claims a registry record for it.
+//!
+//! Both hold an [`ErrnoGuard`] and a [`DepthGuard`] for their whole body;
+//! `on_sample` also holds an [`InFlight`] guard while it may touch storage.
+
+use super::arch::Regs;
+use super::state::{MAX_FRAMES, STATE};
+use super::sys::{self, ErrnoGuard};
+use super::unwind;
+use crate::record::{Origin, Record, SampleRecord};
+use crate::registry::Registry;
+use std::sync::atomic::{AtomicU32, Ordering::*};
+
+/// Sampling handler.
+///
+/// # Safety
+/// Installed with `SA_SIGINFO`: `uc` is the interrupted context.
+pub(crate) unsafe extern "C" fn on_sample(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let _errno = ErrnoGuard::save();
+    STATE.signals.fetch_add(1, Relaxed);
+    let Some(reg) = Registry::get() else { return };
+    let me = sys::gettid();
+    let _depth = DepthGuard::enter(reg, me);
+    let Some((slot, rec)) = reg.lookup(me) else {
+        reg.dropped_unregistered.fetch_add(1, Relaxed);
+        return;
+    };
+    let Some(_in_flight) = InFlight::enter(rec) else { return };
+    // SAFETY: published before `enabled`, never freed while the process lives.
+    let Some(storage) = (unsafe { STATE.storage.load(Acquire).as_ref() }) else { return };
+
+    let mut frames = [0u64; MAX_FRAMES];
+    let depth = STATE.max_depth.load(Relaxed).clamp(1, MAX_FRAMES);
+    // SAFETY: `uc` is the ucontext of this SA_SIGINFO handler.
+    let regs = unsafe { Regs::from_ucontext(uc) };
+    let hi = rec.stack_hi.load(Acquire) as u64;
+    if hi == 0 {
+        STATE.leaf_only.fetch_add(1, Relaxed);
+    }
+    let lo = rec.stack_lo.load(Relaxed) as u64;
+    let walk = unwind::walk(regs, lo, hi, frames.get_mut(..depth).unwrap_or(&mut []));
+    if walk.truncated {
+        STATE.truncated.fetch_add(1, Relaxed);
+    }
+    let ctx = rec.context.read().unwrap_or_default();
+    let period = STATE.period_ns.load(Relaxed);
+    let tid = rec.tid.load(Relaxed);
+    let stack = frames.get(..walk.len).unwrap_or(&[]);
+    storage.put(slot, stack, walk.truncated, 1, period, |trace_id| {
+        let sample = SampleRecord {
+            trace_id,
+            timestamp_ns: sys::monotonic_ns(),
+            span_id: ctx.span_id,
+            local_root_span_id: ctx.local_root_span_id,
+            cpu_ns: period,
+            count: 1,
+            tid,
+            tags: ctx.tags,
+        };
+        if !rec.ring.push(&sample) {
+            rec.ring_overflow.fetch_add(1, Relaxed);
+        }
+    });
+    rec.samples.fetch_add(1, Relaxed);
+}
+
+/// Priming handler: claims a record for the interrupted thread.
+///
+/// # Safety
+/// Installed with `SA_SIGINFO`: `uc` is the interrupted context.
+pub(crate) unsafe extern "C" fn on_prime(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let _errno = ErrnoGuard::save();
+    STATE.primed.fetch_add(1, Relaxed);
+    let Some(reg) = Registry::get() else { return };
+    let me = sys::gettid();
+    let _depth = DepthGuard::enter(reg, me);
+    if let Some((_, rec)) = reg.claim(me, Origin::Discovery, sys::monotonic_ns()) {
+        // SAFETY: `uc` is the ucontext of this SA_SIGINFO handler.
+        let sp = unsafe { Regs::from_ucontext(uc) }.sp as usize;
+        let _ = rec.primed_sp.compare_exchange(0, sp, Relaxed, Relaxed);
+    }
+}
+
+/// A sampling handler between "sampling is on" and its last storage access.
+///
+/// Dekker pair with the agent's stop: it stores `enabled = false` then waits
+/// for `in_handler == 0` on every record (both SeqCst); the handler bumps
+/// `in_handler` then loads `enabled` (both SeqCst). So a handler either sees
+/// sampling off and touches nothing, or is waited for before the final flush.
+struct InFlight(&'static Record);
+
+impl InFlight {
+    #[inline(always)]
+    fn enter(rec: &'static Record) -> Option<Self> {
+        rec.in_handler.fetch_add(1, SeqCst);
+        let guard = InFlight(rec);
+        STATE.enabled.load(SeqCst).then_some(guard)
+    }
+}
+
+impl Drop for InFlight {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.in_handler.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Marks the calling thread as inside an osprey handler until dropped.
+struct DepthGuard(Option<&'static AtomicU32>);
+
+impl DepthGuard {
+    #[inline(always)]
+    fn enter(reg: &'static Registry, tid: i32) -> Self {
+        let d = reg.handler_depth(tid);
+        if let Some(d) = d {
+            d.fetch_add(1, Relaxed);
+        }
+        DepthGuard(d)
+    }
+}
+
+impl Drop for DepthGuard {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let Some(d) = self.0 {
+            d.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+/// Whether the calling thread is inside an osprey signal handler (the
+/// allocation-guard test aborts on any allocation while this holds).
+pub fn in_handler() -> bool {
+    Registry::get().and_then(|r| r.handler_depth(sys::gettid())).is_some_and(|d| d.load(Relaxed) > 0)
+}
