@@ -45,15 +45,25 @@ fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
 /// flag given without a URL (`--datadog`).
 #[derive(Clone, Debug, Default)]
 pub struct Flags {
+    /// --service.
     pub service: Option<String>,
+    /// --env.
     pub env: Option<String>,
+    /// --version.
     pub version: Option<String>,
+    /// --tag values, `KEY:VALUE` each.
     pub tags: Vec<String>,
+    /// --datadog [URL].
     pub datadog: Option<String>,
+    /// --pyroscope [URL].
     pub pyroscope: Option<String>,
+    /// --otlp [URL].
     pub otlp: Option<String>,
+    /// --out DIR.
     pub out: Option<PathBuf>,
+    /// --upload-timeout, seconds.
     pub timeout: Option<f64>,
+    /// --exit-wait, seconds.
     pub exit_wait: Option<f64>,
 }
 
@@ -62,17 +72,23 @@ pub struct Flags {
 pub struct Endpoint {
     /// The full URL requests go to.
     pub url: String,
+    /// Sent with every request (credentials, tenant).
     pub headers: Vec<(String, String)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A kind of backend.
 pub enum Backend {
+    /// A Datadog agent or intake.
     Datadog,
+    /// Grafana Pyroscope.
     Pyroscope,
+    /// An OTLP/HTTP collector.
     Otlp,
 }
 
 impl Backend {
+    /// `datadog`, `pyroscope`, `otlp`.
     pub fn name(self) -> &'static str {
         match self {
             Backend::Datadog => "datadog",
@@ -83,16 +99,23 @@ impl Backend {
 }
 
 #[derive(Clone, Debug)]
+/// Where profiles go and how they are tagged.
 pub struct UploadConfig {
+    /// The service name (never empty).
     pub service: String,
+    /// The deployment environment.
     pub env: Option<String>,
+    /// The program's version.
     pub version: Option<String>,
     /// User tags, in order, keys unique (a later one replaces an earlier one).
     pub tags: Vec<(String, String)>,
     /// `OTEL_RESOURCE_ATTRIBUTES`, for the OTLP resource.
     pub resource_attributes: Vec<(String, String)>,
+    /// The Datadog endpoint, when named.
     pub datadog: Option<Endpoint>,
+    /// The Pyroscope endpoint, when named.
     pub pyroscope: Option<Endpoint>,
+    /// The OTLP endpoint, when named.
     pub otlp: Option<Endpoint>,
     /// Local pprof files go here (None: none written).
     pub out: Option<PathBuf>,
@@ -100,10 +123,13 @@ pub struct UploadConfig {
     pub timeout: Duration,
     /// At most this long at exit to send what is queued.
     pub exit_wait: Duration,
+    /// Queue bound per backend, in profiles.
     pub queue_profiles: usize,
+    /// Queue bound per backend, in bytes of encoded pprof.
     pub queue_bytes: usize,
     /// First retry delay; doubles up to `retry_max` (each +-25% jitter).
     pub retry_base: Duration,
+    /// Longest delay between two attempts (a longer Retry-After is honoured).
     pub retry_max: Duration,
     /// Samples carry their time (`end_timestamp_ns`): one sample per stack
     /// and moment instead of per stack, i.e. larger profiles.
@@ -133,21 +159,28 @@ impl Default for UploadConfig {
     }
 }
 
+/// Appended to a Datadog URL without a path.
 pub const DATADOG_PATH: &str = "/profiling/v1/input";
+/// Appended to a Pyroscope URL without a path.
 pub const PYROSCOPE_PATH: &str = "/ingest";
+/// Appended to an OTLP URL without a path.
 pub const OTLP_PATH: &str = "/v1development/profiles";
 
 /// A parsed `http(s)://[user[:password]@]host[:port][/path][?query]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Url {
+    /// `http` or `https`.
     pub scheme: String,
+    /// `user:password@`, decoded.
     pub user: Option<(String, String)>,
+    /// `host[:port]`.
     pub authority: String,
     /// Empty when the URL had no path (or just `/`).
     pub path_query: String,
 }
 
 impl Url {
+    /// Parses `s`; errors name `what` (the flag or variable).
     pub fn parse(s: &str, what: &str) -> Result<Url, ConfigError> {
         let s = s.trim();
         let Some((scheme, rest)) = s.split_once("://") else {
@@ -198,6 +231,7 @@ impl Url {
         Ok(url)
     }
 
+    /// A path other than `/`?
     pub fn has_path(&self) -> bool {
         !self.path_query.is_empty() && !self.path_query.starts_with('?')
     }
@@ -449,6 +483,7 @@ impl UploadConfig {
         self.datadog.is_some() || self.pyroscope.is_some() || self.otlp.is_some()
     }
 
+    /// The named backends with their endpoints.
     pub fn endpoints(&self) -> Vec<(Backend, Endpoint)> {
         let mut v = Vec::new();
         if let Some(e) = &self.datadog {

@@ -14,7 +14,9 @@ use crate::config::{Endpoint, UploadConfig};
 use crate::http::Request;
 use crate::{Item, Meta};
 
+/// The pprof attachment's name.
 pub const PPROF_NAME: &str = "auto.pprof";
+/// The code provenance attachment's name.
 pub const PROVENANCE_NAME: &str = "code-provenance.json";
 
 /// `key:value` tags, commas and colons in values replaced (`,` separates tags).
@@ -28,6 +30,7 @@ pub fn tags_profiler(cfg: &UploadConfig, meta: &Meta) -> String {
     t.iter().map(|(k, v)| format!("{k}:{}", v.replace(',', "_"))).collect::<Vec<_>>().join(",")
 }
 
+/// The `event` part.
 pub fn event_json(cfg: &UploadConfig, meta: &Meta, item: &Item) -> String {
     serde_json::json!({
         "attachments": [PPROF_NAME, PROVENANCE_NAME],
@@ -43,6 +46,7 @@ pub fn event_json(cfg: &UploadConfig, meta: &Meta, item: &Item) -> String {
     .to_string()
 }
 
+/// The multipart request for `item`.
 pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig, meta: &Meta, provenance: &str) -> Request {
     let boundary = format!("osprey-{:016x}", crate::now_ns() as u64 ^ (item.seq << 48));
     let gz = crate::gzip(&item.pprof);

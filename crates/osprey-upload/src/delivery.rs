@@ -13,8 +13,11 @@ use osprey_pprof::ProfileData;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Files and uploads of one profiled process.
 pub struct Delivery {
+    /// The configuration it runs with.
     pub cfg: UploadConfig,
+    /// The process's runtime id.
     pub runtime_id: String,
     uploader: Option<Uploader>,
 }
@@ -65,10 +68,12 @@ impl Delivery {
         Ok(written)
     }
 
+    /// Is a backend named?
     pub fn uploads(&self) -> bool {
         self.uploader.is_some()
     }
 
+    /// The uploader's counters (empty without a backend).
     pub fn stats(&self) -> Vec<BackendStats> {
         self.uploader.as_ref().map(Uploader::stats).unwrap_or_default()
     }

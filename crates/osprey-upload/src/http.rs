@@ -7,9 +7,13 @@ use std::time::Duration;
 /// A request ready to send.
 #[derive(Debug, Clone)]
 pub struct Request {
+    /// Full URL, query included.
     pub url: String,
+    /// `Content-Type`.
     pub content_type: String,
+    /// Extra headers.
     pub headers: Vec<(String, String)>,
+    /// The body.
     pub body: Vec<u8>,
 }
 
@@ -20,11 +24,17 @@ pub enum Outcome {
     Delivered(u16),
     /// Connection error, timeout, 5xx, 429, 408: try again (after the
     /// server's `Retry-After` when it gave one).
-    Retry { why: String, after: Option<Duration> },
+    Retry {
+        /// What went wrong.
+        why: String,
+        /// The server's `Retry-After`.
+        after: Option<Duration>,
+    },
     /// Any other 4xx (or 3xx): not retried.
     Rejected(String),
 }
 
+/// An HTTP agent: statuses are answers, not errors; proxies from the environment.
 pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -34,6 +44,7 @@ pub fn agent() -> ureq::Agent {
         .new_agent()
 }
 
+/// POSTs `req`, giving up after `timeout` in all.
 pub fn post(agent: &ureq::Agent, req: &Request, timeout: Duration) -> Outcome {
     let mut r =
         agent.post(&req.url).config().timeout_global(Some(timeout)).build().header("Content-Type", &req.content_type);

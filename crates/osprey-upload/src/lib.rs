@@ -42,10 +42,12 @@ pub const TIMESTAMP_LABEL: &str = osprey_pprof::TIMESTAMP_LABEL;
 pub enum Language {
     /// C, C++, Rust...: `family` "native".
     Native,
+    /// CPython: `family` "python".
     Python,
 }
 
 impl Language {
+    /// `native` or `python`.
     pub fn name(self) -> &'static str {
         match self {
             Language::Native => "native",
@@ -59,12 +61,16 @@ impl Language {
 pub struct Meta {
     /// One per process, also in the pprof comments (traces link to profiles by it).
     pub runtime_id: String,
+    /// The profiled process.
     pub pid: i32,
+    /// What it runs.
     pub language: Language,
+    /// The machine's host name.
     pub host: String,
 }
 
 impl Meta {
+    /// Facts of process `pid`, the host name read now.
     pub fn new(runtime_id: impl Into<String>, pid: i32, language: Language) -> Meta {
         Meta { runtime_id: runtime_id.into(), pid, language, host: hostname() }
     }
@@ -78,6 +84,7 @@ pub struct Item {
     /// Wall-clock span covered, ns since the Unix epoch; `start` is the
     /// previous submitted profile's `end` (contiguous uploads).
     pub start_ns: i64,
+    /// End of the span covered.
     pub end_ns: i64,
     /// 0, 1, 2... in submission order.
     pub seq: u64,
@@ -153,21 +160,6 @@ pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn encodes() {
-        assert_eq!(base64(b"user:pass"), "dXNlcjpwYXNz");
-        assert_eq!(base64(b"ab"), "YWI=");
-        assert_eq!(rfc3339(1_700_000_000_000_000_001), "2023-11-14T22:13:20.000000001Z");
-        let id = new_runtime_id();
-        assert_eq!(id.len(), 36);
-        assert_ne!(id, new_runtime_id());
-    }
-}
-
 /// The request that delivers `item` to `backend`.
 pub(crate) fn encode_for(
     backend: Backend,
@@ -182,5 +174,20 @@ pub(crate) fn encode_for(
         }
         Backend::Pyroscope => pyroscope::request(endpoint, item, &s.cfg),
         Backend::Otlp => otlp::request(endpoint, item, &s.cfg, &s.meta),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes() {
+        assert_eq!(base64(b"user:pass"), "dXNlcjpwYXNz");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(rfc3339(1_700_000_000_000_000_001), "2023-11-14T22:13:20.000000001Z");
+        let id = new_runtime_id();
+        assert_eq!(id.len(), 36);
+        assert_ne!(id, new_runtime_id());
     }
 }

@@ -37,6 +37,7 @@ fn s(v: &str) -> any_value::Value {
     any_value::Value::StringValue(v.to_string())
 }
 
+/// The OTLP resource: service, version, environment, pid, host, tags.
 pub fn resource(cfg: &UploadConfig, meta: &Meta) -> Resource {
     let mut attrs = vec![kv("service.name", s(&cfg.service))];
     if let Some(v) = &cfg.version {
@@ -234,6 +235,7 @@ pub fn convert(
     }
 }
 
+/// The OTLP request for `item`.
 pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig, meta: &Meta) -> Result<Request, String> {
     let p = Profile::decode(&item.pprof[..]).map_err(|e| format!("decoding the pprof: {e}"))?;
     let req = convert(&p, cfg, meta, item.start_ns, item.end_ns);

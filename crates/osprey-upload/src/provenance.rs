@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+/// `code-provenance.json` for process `pid`.
 pub fn code_provenance(pid: i32, language: Language) -> String {
     let entries = match language {
         Language::Native => native(pid),
@@ -51,6 +52,7 @@ fn base(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
+/// Entries of a native program: its executable and shared libraries.
 pub fn native(pid: i32) -> Vec<Value> {
     let mut out = Vec::new();
     let main = exe(pid);
@@ -116,6 +118,7 @@ fn python_prefix(pid: i32) -> Option<(String, PathBuf)> {
     ver.starts_with("python3.").then_some((ver, prefix))
 }
 
+/// Entries of a CPython process: distributions, standard library, the program.
 pub fn python(pid: i32) -> Vec<Value> {
     let mut out = Vec::new();
     let exe_path = exe(pid).unwrap_or_default();
@@ -181,7 +184,7 @@ pub fn python(pid: i32) -> Vec<Value> {
                 {
                     continue;
                 }
-                if !file.contains('/') && !(top.ends_with(".py") || top.ends_with(".so")) {
+                if !(file.contains('/') || top.ends_with(".py") || top.ends_with(".so")) {
                     continue;
                 }
                 tops.insert(site.join(top).display().to_string());

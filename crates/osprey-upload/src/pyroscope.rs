@@ -87,6 +87,7 @@ pub fn strip_labels(p: &mut Profile) {
     }
 }
 
+/// The `/ingest` request for `item`.
 pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig) -> Result<Request, String> {
     let mut p = Profile::decode(&item.pprof[..]).map_err(|e| format!("decoding the pprof: {e}"))?;
     strip_labels(&mut p);

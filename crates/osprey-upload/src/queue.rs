@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 #[derive(Debug)]
+/// Profiles waiting for one backend, oldest first.
 pub struct Queue {
     items: VecDeque<Arc<Item>>,
     bytes: usize,
@@ -23,6 +24,7 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// An empty queue with these bounds (at least one profile).
     pub fn new(max_items: usize, max_bytes: usize) -> Queue {
         Queue { items: VecDeque::new(), bytes: 0, max_items: max_items.max(1), max_bytes, dropped: 0, dropped_bytes: 0 }
     }
@@ -42,6 +44,7 @@ impl Queue {
         n
     }
 
+    /// The oldest profile.
     pub fn front(&self) -> Option<&Arc<Item>> {
         self.items.front()
     }
@@ -57,14 +60,17 @@ impl Queue {
         }
     }
 
+    /// Profiles held.
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
+    /// Nothing held?
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
+    /// Bytes held (encoded pprof).
     pub fn bytes(&self) -> usize {
         self.bytes
     }

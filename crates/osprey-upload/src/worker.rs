@@ -28,8 +28,11 @@ use std::time::{Duration, Instant};
 /// Counters of one backend, since the uploader started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackendStats {
+    /// `datadog`, `pyroscope` or `otlp`.
     pub backend: &'static str,
+    /// Where requests go.
     pub url: String,
+    /// Profiles the backend accepted (2xx).
     pub delivered: u64,
     /// Dropped from a full queue.
     pub dropped: u64,
@@ -39,11 +42,13 @@ pub struct BackendStats {
     pub retries: u64,
     /// Profiles still queued (the one being sent included).
     pub queued: usize,
+    /// Bytes held by the queue.
     pub queued_bytes: usize,
     /// Request bodies sent, successful or not.
     pub bytes_sent: u64,
     /// CPU time spent encoding requests (thread CPU clock), ns.
     pub encode_cpu_ns: u64,
+    /// What the last failure was.
     pub last_error: Option<String>,
 }
 
@@ -76,6 +81,7 @@ pub(crate) struct Shared {
     log_interval: Duration,
 }
 
+/// The upload threads of one process, one per backend.
 pub struct Uploader {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
@@ -200,6 +206,7 @@ impl Uploader {
         out
     }
 
+    /// The counters of every backend.
     pub fn stats(&self) -> Vec<BackendStats> {
         let st = self.lock();
         st.lanes
