@@ -197,3 +197,52 @@ fn native_programs_get_the_configuration_as_osprey_variables() {
     assert_eq!(c.datadog.unwrap().url, "http://127.0.0.9:8126/profiling/v1/input");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A native program under `osprey exec`: the preloaded agent's collector
+/// delivers each period to the backend, files only with --out, and at exit
+/// a backend that never answers holds the program at most --exit-wait.
+#[test]
+fn native_program_delivers_through_the_preloaded_agent() {
+    let r = Receiver::start(|_, _| ok());
+    let dir = tempdir("native-dd");
+    // The bundled demo: 2 threads of CPU work, then exit() (dash would `_exit`, skipping the last flush).
+    let demo = osprey().parent().unwrap().join("osprey-demo");
+    let demo = demo.to_str().unwrap();
+    let out = Command::new(osprey())
+        .current_dir(&dir)
+        .args(["exec", "--period", "0.3", "--service", "loop", "--datadog", &r.url, "--", demo, "--threads", "2"])
+        .args(["--seconds", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let reqs = r.wait_for(2, Duration::from_secs(5));
+    assert!(reqs.len() >= 2, "a profile per period and a last one: {}", reqs.len());
+    let mut samples = 0;
+    for q in &reqs {
+        assert_eq!(q.path(), "/profiling/v1/input");
+        let parts = multipart(q.header("Content-Type").unwrap(), &q.body);
+        let event: serde_json::Value = serde_json::from_slice(&parts[0].3).unwrap();
+        assert_eq!(event["family"], "native");
+        assert!(event["tags_profiler"].as_str().unwrap().contains("service:loop"));
+        samples += sample_count(&parts[1].3);
+        let prov: serde_json::Value = serde_json::from_slice(&parts[2].3).unwrap();
+        assert!(prov["v1"].as_array().unwrap().iter().any(|e| e["kind"] == "executable"), "{prov}");
+    }
+    assert!(samples > 20, "{samples}");
+    assert!(!dir.join("profiles").exists(), "no files without --out");
+
+    let hung = Receiver::start(|_, _| Answer::Hang);
+    let t = Instant::now();
+    let out = Command::new(osprey())
+        .current_dir(&dir)
+        .args(["exec", "--period", "60", "--exit-wait", "1", "--datadog", &hung.url, "--", demo, "--threads", "1"])
+        .args(["--seconds", "0.5"])
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(hung.count(), 1, "the last profile was sent");
+    eprintln!("native, hung backend, --exit-wait 1: whole run {took:?}");
+    assert!(took < Duration::from_millis(3500), "0.5 s of work + at most 1 s of exit wait: {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
