@@ -1,4 +1,5 @@
-//! OTLP/HTTP: `POST .../v1development/profiles`, `application/x-protobuf`,
+//! OTLP/HTTP: `POST .../v1development/profiles`, `application/x-protobuf`
+//! (`Content-Encoding: gzip`, which OTLP/HTTP receivers accept),
 //! an `ExportProfilesServiceRequest` of opentelemetry-proto's profiles
 //! schema (`v1development`, as in the `opentelemetry-proto` crate 0.33).
 //!
@@ -239,10 +240,12 @@ pub fn convert(
 pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig, meta: &Meta) -> Result<Request, String> {
     let p = Profile::decode(&item.pprof[..]).map_err(|e| format!("decoding the pprof: {e}"))?;
     let req = convert(&p, cfg, meta, item.start_ns, item.end_ns);
+    let mut headers = endpoint.headers.clone();
+    headers.push(("Content-Encoding".into(), "gzip".into()));
     Ok(Request {
         url: endpoint.url.clone(),
         content_type: "application/x-protobuf".into(),
-        headers: endpoint.headers.clone(),
-        body: req.encode_to_vec(),
+        headers,
+        body: crate::gzip(&req.encode_to_vec()),
     })
 }

@@ -42,9 +42,10 @@ fn the_official_classes_decode_what_is_sent() {
     assert_eq!(q.path(), "/v1development/profiles");
     assert_eq!(q.header("Content-Type"), Some("application/x-protobuf"));
     assert_eq!(q.header("x-api-key"), Some("abc def"));
+    assert_eq!(q.header("Content-Encoding"), Some("gzip"));
 
     let file = std::env::temp_dir().join(format!("osprey-otlp-{}.bin", std::process::id()));
-    std::fs::write(&file, &q.body).unwrap();
+    std::fs::write(&file, gunzip(&q.body)).unwrap();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/decode_otlp.py");
     let out = Command::new("python3").arg(&script).arg(&file).env("PYTHONPATH", python_path()).output().unwrap();
     let _ = std::fs::remove_file(&file);
