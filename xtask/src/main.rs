@@ -91,4 +91,10 @@ fn test(root: &Path) -> bool {
             &["test", "-p", "osprey", "--release", "--lib", "--target-dir", "target/loom", "loom"],
             &[("RUSTFLAGS", "--cfg loom -C force-frame-pointers=yes")],
         )
+        && run(
+            root,
+            "cargo",
+            &["test", "-p", "osprey-unwind", "--release", "--lib", "--target-dir", "target/loom", "loom"],
+            &[("RUSTFLAGS", "--cfg loom -C force-frame-pointers=yes")],
+        )
 }

@@ -125,7 +125,7 @@ fn real_pthread_create() -> Option<PthreadCreate> {
 extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the Box made in `pthread_create`, handed over once.
     let start = unsafe { Box::from_raw(p as *mut Start) };
-    if threads::register_current().is_some() {
+    if threads::register_current_with_start(start.routine as usize).is_some() {
         let key = EXIT_KEY.load(Acquire);
         if key != usize::MAX {
             // SAFETY: valid key; non-null marker value so the destructor runs.

@@ -27,20 +27,21 @@ fn main() {
     // Thread-start path: what the interposed pthread_create does before the
     // start routine; and, apart, its two parts: the registration proper
     // (signals blocked, claim, stack bounds) and arming the perf CPU clock.
-    let sig = osprey::internals::signal::STATE.sample_signal.load(Relaxed);
     let (mut start_ns, mut claim_ns, mut clock_ns) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..2000 {
         let h = std::thread::spawn(move || {
             let t0 = sys::monotonic_ns();
-            {
+            let rec = {
                 let _b = osprey::internals::threads::SignalBlock::all();
-                let _ = reg.claim(sys::gettid(), Origin::ThreadStart, sys::monotonic_ns());
+                let (_, rec) = reg.claim(sys::gettid(), Origin::ThreadStart, sys::monotonic_ns()).unwrap();
                 let _ = osprey::internals::threads::current_stack_bounds();
-            }
+                rec
+            };
             let t1 = sys::monotonic_ns();
-            let fd = osprey::internals::cpu_clock::open_cpu_clock(sys::gettid(), 10_000_000, sig).unwrap();
+            osprey::internals::cpu_clock::arm(rec).unwrap();
             let t2 = sys::monotonic_ns();
-            osprey::internals::cpu_clock::close_cpu_clock(fd);
+            assert_ne!(rec.clock.load(Relaxed), 0);
+            osprey::internals::cpu_clock::disarm(rec);
             osprey::internals::threads::unregister_current();
             let t3 = sys::monotonic_ns();
             let r = osprey::register_current_thread();

@@ -6,10 +6,10 @@
 //! | `OSPREY_PERIOD` | seconds between profile files (0.1–86400) | 60 |
 //! | `OSPREY_OUT` | output directory | `./profiles` |
 //! | `OSPREY_MAX_DEPTH` | frames kept per stack (1–256) | 128 |
-//! | `OSPREY_THREADS` | thread records pre-allocated | 256 |
+//! | `OSPREY_THREADS` | thread records pre-allocated (1-65536) | 256 |
 //! | `OSPREY_THREADS_GROW` | `0` forbids growing the pool | 1 |
 //! | `OSPREY_SCAN_MS` | discovery scan interval, ms (1–1000) | 10 |
-//! | `OSPREY_MEMORY` | call trace storage budget, bytes (`K`/`M` suffix) | 8M |
+//! | `OSPREY_MEMORY` | call trace storage budget, bytes (`K`/`M`/`G` suffix, 64K-1G) | 8M |
 //! | `OSPREY_SAMPLE_SIGNAL` / `OSPREY_PRIME_SIGNAL` | real-time signal numbers to use | first free from SIGRTMIN+6 / +7 |
 //! | `OSPREY_FORK` | `continue` or `stop` profiling in a forked child | continue |
 //! | `OSPREY_CHILDREN` | `1`: programs the target execs are profiled too | 0 |
@@ -25,8 +25,10 @@ use std::time::Duration;
 pub const HZ_RANGE: (u32, u32) = (1, 10_000);
 /// Profile periods accepted, in seconds.
 pub const PERIOD_RANGE_S: (f64, f64) = (0.1, 86_400.0);
-/// Smallest call trace storage budget, in bytes.
-pub const MIN_MEMORY: usize = 64 << 10;
+/// Call trace storage budgets accepted, in bytes.
+pub const MEMORY_RANGE: (usize, usize) = (64 << 10, 1 << 30);
+/// Most thread records mapped up front (the pool grows past it when allowed).
+pub const MAX_THREADS: usize = 65_536;
 
 /// The agent's settings. [`Config::validate`] is the one place their ranges
 /// are checked; [`Config::from_env`] reads `OSPREY_*` variables over the defaults.
@@ -188,8 +190,8 @@ impl Config {
         if !(1..=MAX_FRAMES).contains(&self.max_depth) {
             return Err(Error::config("max_depth", format!("{} is out of range (1-{MAX_FRAMES})", self.max_depth)));
         }
-        if !(1..=1_000_000).contains(&self.threads) {
-            return Err(Error::config("threads", format!("{} is out of range (1-1000000)", self.threads)));
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(Error::config("threads", format!("{} is out of range (1-{MAX_THREADS})", self.threads)));
         }
         if !(1..=1000).contains(&self.scan_interval.as_millis()) {
             return Err(Error::config(
@@ -197,8 +199,12 @@ impl Config {
                 format!("{:?} is out of range (1-1000 ms)", self.scan_interval),
             ));
         }
-        if self.memory_budget < MIN_MEMORY {
-            return Err(Error::config("memory_budget", "must be at least 64K"));
+        let (lo, hi) = MEMORY_RANGE;
+        if !(lo..=hi).contains(&self.memory_budget) {
+            return Err(Error::config(
+                "memory_budget",
+                format!("{} bytes is out of range (64K-1G)", self.memory_budget),
+            ));
         }
         let (rt_lo, rt_hi) = (libc::SIGRTMIN(), libc::SIGRTMAX());
         for (field, sig) in [("sample_signal", self.sample_signal), ("prime_signal", self.prime_signal)] {

@@ -50,13 +50,13 @@ impl Installed {
     /// Returns whether it restored; if not, osprey's handler stays installed
     /// and does nothing once sampling is off.
     pub fn restore(&self) -> bool {
-        for _ in 0..100 {
+        for _ in 0..5 {
             if !signal_pending_anywhere(self.signal) {
                 // SAFETY: restoring the disposition saved at install time.
                 unsafe { libc::sigaction(self.signal, &self.previous, core::ptr::null_mut()) };
                 return true;
             }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
         false
     }
@@ -75,6 +75,6 @@ pub fn signal_pending_anywhere(signal: i32) -> bool {
             })
             .unwrap_or(false)
     };
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return false };
-    dir.flatten().any(|e| pending(&e.path().join("status")))
+    let Ok(tids) = crate::threads::list_threads() else { return false };
+    tids.iter().any(|t| pending(std::path::Path::new(&format!("/proc/self/task/{t}/status"))))
 }

@@ -284,10 +284,10 @@ fn stop() -> Vec<PathBuf> {
         let _ = h.join();
     }
     // 4. Restore dispositions unless a signal is still pending somewhere.
+    // A signal still pending (on a thread that blocks it) keeps osprey's
+    // handler, a no-op once stopped: SIG_DFL would kill the process.
     for h in &agent.dispositions {
-        if !h.restore() {
-            eprintln!("osprey: signal {} still pending; its no-op handler stays installed", h.signal);
-        }
+        h.restore();
     }
     AGENT.store(core::ptr::null_mut(), Release);
     let files = std::mem::take(&mut agent.control.0.lock().unwrap_or_else(|e| e.into_inner()).files);
@@ -304,11 +304,7 @@ extern "C" fn after_fork_child() {
     // Inherited perf fds belong to the parent's threads: close without
     // disabling (the event is shared with the parent).
     reg.for_each_active(|_, rec| {
-        let fd = rec.perf_fd.swap(-1, AcqRel);
-        if fd >= 0 {
-            // SAFETY: our inherited copy of the fd.
-            unsafe { libc::close(fd) };
-        }
+        cpu_clock::forget_inherited(rec);
         let tid = rec.tid.load(Relaxed);
         if tid != me {
             reg.retire(tid);

@@ -6,12 +6,10 @@ use osprey_pprof::pprof::Profile;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
+mod common;
+
 fn burn(d: Duration) {
-    let end = std::time::Instant::now() + d;
-    let mut x = 1u64;
-    while std::time::Instant::now() < end {
-        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-    }
+    common::burn_cpu(d);
 }
 
 /// Samples of `tid` in `p`, and how many of them osprey could not resolve to a stack.

@@ -12,10 +12,12 @@
 //! epoch stay pending until the next flush.
 
 use crate::context;
+use crate::discovery::Unsampled;
 use crate::record::{RecordState, SampleRecord, TAG_SLOTS};
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::{CallTraceStorage, DROPPED_TRACE_ID};
+use crate::threads::thread_name;
 use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::*;
@@ -44,6 +46,9 @@ pub const FRAME_RING_FULL: &str = "[osprey] lost: sample buffer full";
 /// Samples on threads without a registry record.
 pub const FRAME_UNREGISTERED: &str = "[osprey] dropped: thread not registered";
 pub const FRAME_UNRESOLVED: &str = "[osprey] unresolved call trace";
+/// Prefix of the frame carrying the CPU time of a thread that blocks the
+/// sampling signal (`[signals blocked] tid 1234 'xz'`).
+pub const FRAME_BLOCKED: &str = "[signals blocked]";
 /// Marks a stack cut at the maximum depth.
 pub const FRAME_TRUNCATED: &str = "[truncated]";
 
@@ -55,6 +60,8 @@ pub struct Aggregator {
     start_mono_ns: u64,
     /// `Registry::dropped_unregistered` at the last flush.
     unregistered_seen: u64,
+    /// CPU ns of threads that could not be sampled, since the last flush.
+    unsampled: HashMap<Unsampled, u64>,
 }
 
 impl Default for Aggregator {
@@ -66,6 +73,7 @@ impl Default for Aggregator {
             start_realtime_ns: sys::realtime_ns(),
             start_mono_ns: sys::monotonic_ns(),
             unregistered_seen: Registry::get().map_or(0, |r| r.dropped_unregistered.load(Relaxed)),
+            unsampled: HashMap::new(),
         }
     }
 }
@@ -86,6 +94,8 @@ impl Aggregator {
                 *self.lost_ring.entry(tid).or_default() += lost;
             }
             if retired {
+                // A clock armed while the thread was retiring goes with it.
+                crate::cpu_clock::disarm(rec);
                 reg.recycle(idx);
             }
         });
@@ -101,6 +111,13 @@ impl Aggregator {
                     e.insert(name);
                 }
             }
+        }
+    }
+
+    /// Adds CPU time discovery accounted for threads it could not sample.
+    pub fn add_unsampled(&mut self, unsampled: HashMap<Unsampled, u64>) {
+        for (k, ns) in unsampled {
+            *self.unsampled.entry(k).or_default() += ns;
         }
     }
 
@@ -175,10 +192,25 @@ impl Aggregator {
         let total = reg.dropped_unregistered.load(Relaxed);
         let unregistered = total.saturating_sub(self.unregistered_seen);
         self.unregistered_seen = total;
-        if unregistered > 0 {
+        let mut unregistered_ns = unregistered * period_ns;
+        for (k, ns) in std::mem::take(&mut self.unsampled) {
+            match k {
+                Unsampled::Unregistered => unregistered_ns += ns,
+                Unsampled::Blocked(tid) if ns > 0 => {
+                    let name = self.names.get(&tid).cloned().unwrap_or_else(|| thread_name(tid));
+                    samples.push(Sample {
+                        frames: vec![Frame::Synthetic(format!("{FRAME_BLOCKED} tid {tid} '{name}'"))],
+                        values: vec![(ns / period_ns.max(1)) as i64, ns as i64],
+                        labels: thread_labels(tid, Some(&name)),
+                    });
+                }
+                Unsampled::Blocked(_) => {}
+            }
+        }
+        if unregistered_ns > 0 {
             samples.push(Sample {
                 frames: vec![Frame::Synthetic(FRAME_UNREGISTERED.into())],
-                values: vec![unregistered as i64, (unregistered * period_ns) as i64],
+                values: vec![(unregistered_ns / period_ns.max(1)) as i64, unregistered_ns as i64],
                 labels: vec![],
             });
         }
@@ -237,9 +269,4 @@ fn thread_labels(tid: i32, name: Option<&String>) -> Vec<Label> {
         v.push(Label { key: "thread name".into(), value: LabelValue::Str(n.clone()) });
     }
     v
-}
-
-/// The thread's name from `/proc/self/task/TID/comm` (empty if gone).
-pub fn thread_name(tid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default()
 }

@@ -5,11 +5,14 @@
 
 mod aggregate;
 
-pub use aggregate::{Aggregator, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED};
+pub use aggregate::{
+    Aggregator, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED,
+};
 
 use crate::config::Config;
 use crate::discovery::Discovery;
 use crate::dispositions::Installed;
+use crate::record::RING_CAPACITY;
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::CallTraceStorage;
@@ -72,18 +75,19 @@ fn run(agent: &'static Agent) {
     });
     let (lock, cv) = &*agent.control;
     let now = Instant::now();
-    let (mut next_scan, mut next_drain, mut next_flush) = (now, now + cfg.drain_interval, now + cfg.period);
+    let drain_interval = drain_interval(cfg);
+    let (mut next_scan, mut next_drain, mut next_flush) = (now, now + drain_interval, now + cfg.period);
     loop {
         let now = Instant::now();
         if now >= next_scan {
             let appeared = discovery.scan(reg);
             aggregator.note_threads(&appeared);
             reg.grow_if_low();
-            next_scan = now + cfg.scan_interval;
+            next_scan = now + discovery.next_interval(cfg.scan_interval);
         }
         if now >= next_drain {
             aggregator.drain(reg);
-            next_drain = now + cfg.drain_interval;
+            next_drain = now + drain_interval;
         }
         let (stop, flush_now) = {
             let g = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -93,6 +97,7 @@ fn run(agent: &'static Agent) {
             break;
         }
         if flush_now || now >= next_flush {
+            aggregator.add_unsampled(discovery.take_unsampled());
             let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref());
             let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
             g.flush_requested = false;
@@ -108,12 +113,22 @@ fn run(agent: &'static Agent) {
         }
     }
     // Final flush: sampling is already off and no handler is in flight (see `profiler::stop`).
+    discovery.check_now(reg);
+    aggregator.add_unsampled(discovery.take_unsampled());
     let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref());
     lock.lock().unwrap_or_else(|e| e.into_inner()).files.extend(file);
     // Bounded: at most the configured exit wait, whatever the backends do.
     if let Some(d) = delivery.as_mut() {
         d.finish();
     }
+}
+
+/// How often the sample rings are drained: the configured interval, or
+/// sooner at high rates, so a busy thread's ring (`RING_CAPACITY` records)
+/// is never more than half full between two drains.
+fn drain_interval(cfg: &Config) -> std::time::Duration {
+    let half_ring = std::time::Duration::from_secs_f64(RING_CAPACITY as f64 / 2.0 / cfg.hz.max(1) as f64);
+    cfg.drain_interval.min(half_ring).max(std::time::Duration::from_millis(1))
 }
 
 fn write(

@@ -1,8 +1,7 @@
 //! The layout shared by the registry, the trace context and the sample ring:
 //! one [`Record`] per profiled thread, holding its [`ContextRecord`] and its
 //! [`SampleRing`]. Records live in memory mapped up front and zeroed; all-zero
-//! bytes are a valid free record except `perf_fd`, which the registry sets to
-//! -1 when it maps a segment.
+//! bytes are a valid free record.
 //!
 //! Every field is an atomic or a signal-safe structure: handlers read and
 //! write records without locks.
@@ -13,7 +12,11 @@ mod ring;
 pub use context::{checksum, tags_term, torn_reads, ContextRecord, ContextSnapshot, KNUTH, TAG_SLOTS, TORN_READS};
 pub use ring::{SampleRecord, SampleRing, RING_CAPACITY};
 
+use core::cell::UnsafeCell;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+
+/// Upper bound of the configurable stack depth.
+pub const MAX_FRAMES: usize = 256;
 
 /// Where a record is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +48,7 @@ pub enum Origin {
     /// Registered from inside the thread before its start routine (interposed
     /// `pthread_create`, or `register_current_thread` in library mode).
     ThreadStart = 1,
-    /// Found by the discovery scan and primed by the real-time signal.
+    /// Found by the discovery scan.
     Discovery = 2,
 }
 
@@ -62,15 +65,33 @@ pub struct Record {
     pub(crate) next_free: AtomicU32,
     /// [`Origin`] as u32 (0 when free).
     pub origin: AtomicU32,
-    /// perf_event fd driving this thread's CPU-time samples (-1: none).
-    pub perf_fd: AtomicI32,
+    /// The CPU clock driving this thread's samples, as `cpu_clock::Armed`
+    /// encodes it (0: none).
+    pub clock: AtomicU64,
+    /// CPU nanoseconds the samples of this thread stood for so far.
+    pub charged_ns: AtomicU64,
+    /// 1 when the thread blocks the sampling signal: it has no clock and its
+    /// CPU time is accounted from its clock reading instead.
+    pub blocked: AtomicU32,
+    /// Frames of the last stack walked (`frames[..last_depth]`, leaf first);
+    /// also the handler's work buffer, so the walk costs the interrupted
+    /// stack nothing. Touched only by the owning thread (its handler, or the
+    /// thread itself with the sampling signal blocked).
+    pub frames: UnsafeCell<[u64; MAX_FRAMES]>,
+    /// Valid frames in `frames` (0: no sample yet).
+    pub last_depth: AtomicU32,
+    /// Entry point of the thread's start routine, when the thread-start
+    /// path knows it (0: unknown): the stack charged for CPU time a thread
+    /// used before its first sample.
+    pub start_routine: AtomicU64,
     /// Set while this thread runs a profiler signal handler (nesting depth).
     pub in_handler: AtomicU32,
     /// Highest stack address of the thread (exclusive); 0 = unknown yet.
     pub stack_hi: AtomicUsize,
     /// Lowest mapped stack address of the thread; 0 = unknown yet.
     pub stack_lo: AtomicUsize,
-    /// A stack pointer seen while priming, so the collector can find the stack mapping.
+    /// A stack pointer seen by a handler while the bounds were unknown, so the
+    /// collector can find the stack mapping.
     pub primed_sp: AtomicUsize,
     /// `starttime` from `/proc/self/task/TID/stat` (detects tid reuse); 0 = unknown.
     pub start_time: AtomicU64,
@@ -83,6 +104,10 @@ pub struct Record {
     /// Per-thread sample records, drained by the collector.
     pub ring: SampleRing,
 }
+
+// SAFETY: every field is an atomic except `frames`, which only the owning
+// thread touches (see its docs).
+unsafe impl Sync for Record {}
 
 impl Record {
     /// Where the record is in its life (Acquire).

@@ -58,12 +58,7 @@ impl Registry {
         }
         let bytes = self.segment_len * core::mem::size_of::<Record>();
         let base = map_zeroed(bytes)? as *mut Record;
-        // Zeroed memory is a valid Record for every field (atomics, rings) except
-        // perf_fd, which must read -1 for "none".
-        for i in 0..self.segment_len {
-            // SAFETY: within the fresh mapping.
-            unsafe { (*base.add(i)).perf_fd.store(-1, Relaxed) };
-        }
+        // Zeroed memory is a valid free Record (record module docs).
         self.segments[n].store(base, Release);
         self.nsegments.store(n + 1, Release);
         for i in (0..self.segment_len).rev() {
@@ -130,6 +125,10 @@ impl Registry {
         rec.stack_lo.store(0, Relaxed);
         rec.primed_sp.store(0, Relaxed);
         rec.start_time.store(0, Relaxed);
+        rec.charged_ns.store(0, Relaxed);
+        rec.blocked.store(0, Relaxed);
+        rec.last_depth.store(0, Relaxed);
+        rec.start_routine.store(0, Relaxed);
         rec.context.reset();
         self.push_free(index as u32);
     }

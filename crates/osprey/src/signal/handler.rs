@@ -9,7 +9,7 @@
 //! Both hold an [`ErrnoGuard`] and a [`DepthGuard`] for their whole body;
 //! `on_sample` also holds an [`InFlight`] guard while it may touch storage.
 
-use super::arch::Regs;
+use super::arch::{timer_overrun, Regs};
 use super::state::{MAX_FRAMES, STATE};
 use super::sys::{self, ErrnoGuard};
 use super::unwind;
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU32, Ordering::*};
 ///
 /// # Safety
 /// Installed with `SA_SIGINFO`: `uc` is the interrupted context.
-pub(crate) unsafe extern "C" fn on_sample(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+pub(crate) unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let _errno = ErrnoGuard::save();
     STATE.signals.fetch_add(1, Relaxed);
     let Some(reg) = Registry::get() else { return };
@@ -35,30 +35,39 @@ pub(crate) unsafe extern "C" fn on_sample(_sig: libc::c_int, _info: *mut libc::s
     // SAFETY: published before `enabled`, never freed while the process lives.
     let Some(storage) = (unsafe { STATE.storage.load(Acquire).as_ref() }) else { return };
 
-    let mut frames = [0u64; MAX_FRAMES];
+    // SAFETY: `info` and `uc` are this SA_SIGINFO handler's arguments.
+    let (regs, overrun) = unsafe { (Regs::from_ucontext(uc), timer_overrun(info)) };
+    // SAFETY: only this thread touches its record's frame buffer, and the
+    // sampling signal does not nest (it is blocked while its handler runs).
+    let frames = unsafe { &mut *rec.frames.get() };
     let depth = STATE.max_depth.load(Relaxed).clamp(1, MAX_FRAMES);
-    // SAFETY: `uc` is the ucontext of this SA_SIGINFO handler.
-    let regs = unsafe { Regs::from_ucontext(uc) };
     let hi = rec.stack_hi.load(Acquire) as u64;
     if hi == 0 {
+        // Bounds unknown (found by discovery): leaf only; the collector
+        // learns the stack mapping from this stack pointer.
         STATE.leaf_only.fetch_add(1, Relaxed);
+        let _ = rec.primed_sp.compare_exchange(0, regs.sp as usize, Relaxed, Relaxed);
     }
     let lo = rec.stack_lo.load(Relaxed) as u64;
     let walk = unwind::walk(regs, lo, hi, frames.get_mut(..depth).unwrap_or(&mut []));
     if walk.truncated {
         STATE.truncated.fetch_add(1, Relaxed);
     }
+    rec.last_depth.store(walk.len as u32, Relaxed);
     let ctx = rec.context.read().unwrap_or_default();
-    let period = STATE.period_ns.load(Relaxed);
+    // A timer signal that stands for several periods (expiries folded at the
+    // tick) carries their count: the sample is weighted so CPU time is exact.
+    let cpu_ns = STATE.period_ns.load(Relaxed).saturating_mul(1 + overrun as u64);
+    rec.charged_ns.fetch_add(cpu_ns, Relaxed);
     let tid = rec.tid.load(Relaxed);
     let stack = frames.get(..walk.len).unwrap_or(&[]);
-    storage.put(slot, stack, walk.truncated, 1, period, |trace_id| {
+    storage.put(slot, stack, walk.truncated, 1, cpu_ns, |trace_id| {
         let sample = SampleRecord {
             trace_id,
             timestamp_ns: sys::monotonic_ns(),
             span_id: ctx.span_id,
             local_root_span_id: ctx.local_root_span_id,
-            cpu_ns: period,
+            cpu_ns,
             count: 1,
             tid,
             tags: ctx.tags,
@@ -93,18 +102,19 @@ pub(crate) unsafe extern "C" fn on_prime(_sig: libc::c_int, _info: *mut libc::si
 /// for `in_handler == 0` on every record (both SeqCst); the handler bumps
 /// `in_handler` then loads `enabled` (both SeqCst). So a handler either sees
 /// sampling off and touches nothing, or is waited for before the final flush.
-struct InFlight(&'static Record);
+pub(crate) struct InFlight<'a>(&'a Record);
 
-impl InFlight {
+impl<'a> InFlight<'a> {
+    /// Enters, or `None` (and nothing held) when sampling is off.
     #[inline(always)]
-    fn enter(rec: &'static Record) -> Option<Self> {
+    pub(crate) fn enter(rec: &'a Record) -> Option<Self> {
         rec.in_handler.fetch_add(1, SeqCst);
         let guard = InFlight(rec);
         STATE.enabled.load(SeqCst).then_some(guard)
     }
 }
 
-impl Drop for InFlight {
+impl Drop for InFlight<'_> {
     #[inline(always)]
     fn drop(&mut self) {
         self.0.in_handler.fetch_sub(1, SeqCst);

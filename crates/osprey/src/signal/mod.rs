@@ -30,5 +30,5 @@ pub mod sys;
 pub mod unwind;
 
 pub use handler::in_handler;
-pub(crate) use handler::{on_prime, on_sample};
+pub(crate) use handler::{on_prime, on_sample, InFlight};
 pub use state::{HandlerState, MAX_FRAMES, STATE};

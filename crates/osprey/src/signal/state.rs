@@ -4,8 +4,7 @@
 use crate::storage::CallTraceStorage;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize};
 
-/// Upper bound of the configurable stack depth.
-pub const MAX_FRAMES: usize = 256;
+pub use crate::record::MAX_FRAMES;
 
 /// Handler-visible configuration and counters.
 ///

@@ -33,6 +33,30 @@ impl Regs {
     }
 }
 
+/// `si_code` of a signal sent by a POSIX timer.
+const SI_TIMER: i32 = -2;
+
+/// The overrun count of a POSIX timer's signal (expiries folded into this
+/// one), 0 for any other signal. x86-64 `siginfo_t`: `si_code` at byte 8, the
+/// timer's `si_overrun` at byte 20.
+///
+/// # Safety
+/// `info` is null or the second argument of an `SA_SIGINFO` handler.
+#[inline(always)]
+pub unsafe fn timer_overrun(info: *const libc::siginfo_t) -> u32 {
+    if info.is_null() {
+        return 0;
+    }
+    let p = info as *const u8;
+    // SAFETY: `siginfo_t` is 128 bytes; both reads are inside it.
+    let (code, overrun) = unsafe { ((p.add(8) as *const i32).read(), (p.add(20) as *const i32).read()) };
+    if code == SI_TIMER {
+        overrun.max(0) as u32
+    } else {
+        0
+    }
+}
+
 /// Where the leaf's return address is when `pc` is at a frame-less point of
 /// the leaf: at `endbr64`/`push %rbp` (entry) or `ret`: `[sp]`; at
 /// `mov %rsp,%rbp` right after `push %rbp`: `[sp + 8]`. Code bytes are read
