@@ -1,26 +1,37 @@
 //! `osprey exec` and `osprey attach`.
 //!
-//! Native programs are `exec`'d in place with the agent preloaded, so their
-//! stdin/stdout/stderr, exit status and signals are theirs, untouched.
-//! CPython programs are started as a child and sampled from outside.
+//! `exec` starts the command as its child with the agent preloaded and stays
+//! its parent (see [`crate::supervise`]): whatever the command execs in its
+//! own pid (shims, `env`, shebangs, `sh -c 'exec ..'`) keeps the agent, which
+//! profiles native programs from inside and stays off in CPython, where this
+//! process samples from outside instead (see [`crate::tree`]). Staying the
+//! parent is what makes the Python sampler possible without knowing in
+//! advance where a chain of execs ends, and keeps it an ancestor, which
+//! `process_vm_readv` and ptrace permissions ask for.
 
-use crate::{Failure, Sampling};
+use crate::{hints, supervise, tree, Failure, Sampling};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const AGENT_LIB: &str = "libosprey_preload.so";
 
 pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure> {
     let program = resolve(&cmd[0])?;
-    if osprey_python::is_cpython_executable(&program) {
-        return run_python(&program, cmd, s);
-    }
-    let up = delivery(s, base_name(&cmd[0]))?;
+    let name =
+        if osprey_python::is_cpython_executable(&program) { script_name(cmd) } else { base_name(&cmd[0]).to_string() };
+    let up = delivery(s, &name)?;
+    let out_existed = up.out.as_ref().is_some_and(|o| o.exists());
     let cfg = check_sampling(s, &up)?;
-    if is_static_elf(&program) {
+    if let Some(why) = secure_exec(&program) {
+        return Err(Failure::usage(format!(
+            "{} is {why}: the loader ignores LD_PRELOAD for it, so it cannot be profiled",
+            cmd[0]
+        )));
+    }
+    if !osprey_python::is_cpython_executable(&program) && is_static_elf(&program) {
         return Err(Failure::usage(format!(
             "{} is statically linked: the agent cannot be preloaded into it (link osprey as a library instead)",
             cmd[0]
@@ -36,7 +47,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         .args(&cmd[1..])
         .env("LD_PRELOAD", preload)
         .env("OSPREY_HZ", cfg.hz.to_string())
-        .env("OSPREY_PERIOD", cfg.period.as_secs_f64().to_string());
+        .env("OSPREY_PERIOD", cfg.period.as_secs_f64().to_string())
+        .env("OSPREY_PYTHON_SAMPLER", "1")
+        .env_remove("OSPREY_ROOT_PID");
+    // Files and backends for the preloaded agent (OSPREY_OUT only when
+    // files are written; see `osprey_upload::UploadConfig::to_env`).
+    c.env_remove("OSPREY_OUT");
     for (k, v) in up.to_env() {
         match k.as_str() {
             "OSPREY_OUT" => c.env(k, absolute(Path::new(&v))),
@@ -45,12 +61,51 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     }
     if children {
         c.env("OSPREY_CHILDREN", "1");
+    } else {
+        c.env_remove("OSPREY_CHILDREN");
     }
     if s.lines {
         c.env("OSPREY_LINES", "1");
     }
-    let err = c.exec();
-    Err(Failure { message: format!("{}: {err}", cmd[0]), code: 126 })
+    let before = hints::profile_files(&cfg.out_dir);
+    supervise::block_relayed(&mut c);
+    let started = Instant::now();
+    let child = c.spawn().map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
+    let pid = child.id() as i32;
+    let mut tree = tree::Tree::new(pid, children, python_options(&cfg, &up, None), up.clone());
+    while !supervise::has_exited(pid) {
+        tree.scan();
+        supervise::relay(pid, Duration::from_millis(5));
+    }
+    let wall = started.elapsed();
+    let cpu = supervise::tree_cpu(pid);
+    let ended = supervise::reap(pid);
+    let finished = tree.finish();
+    report_uploads(finished.iter().flat_map(|f| f.uploads.iter()), s.quiet);
+    if !s.quiet {
+        // Each distinct warning once, with the processes it concerns.
+        let mut warnings: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+        for f in &finished {
+            match &f.result {
+                Ok(summary) => summary.warnings.iter().for_each(|w| warnings.entry(w).or_default().push(f.pid)),
+                Err(e) if f.root => eprintln!("osprey: {}: {e}", cmd[0]),
+                Err(_) => {}
+            }
+        }
+        for (w, pids) in warnings {
+            let pids: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+            eprintln!("osprey: pid {}: {w}", pids.join(", "));
+        }
+    }
+    let written: Vec<PathBuf> = hints::profile_files(&cfg.out_dir).difference(&before).cloned().collect();
+    if written.is_empty() && !out_existed && up.out.is_some() {
+        let _ = std::fs::remove_dir(&cfg.out_dir);
+    }
+    if !s.quiet {
+        let run = hints::Run { command: &cmd[0], children, wall, cpu, hz: cfg.hz, written };
+        hints::messages(&run).iter().for_each(|m| eprintln!("{m}"));
+    }
+    Ok(supervise::end_like(ended))
 }
 
 pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failure> {
@@ -64,9 +119,14 @@ pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failu
     };
     let opts = python_options(&cfg, &up, duration);
     let stop = stop_on_ctrl_c();
-    let result = sample_python(pid, &opts, stop, &up, &cfg);
+    let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
+    let mut delivery = osprey_upload::Delivery::new(up.clone(), meta, cfg.period);
+    let result = osprey_python::attach_with_sink(pid, &opts, stop, &mut |data| delivery.flush(data));
+    report_uploads(delivery.finish().iter(), s.quiet);
     let summary = result.map_err(|e| Failure::from(e.to_string()))?;
-    print_summary(&summary);
+    if !s.quiet {
+        print_summary(&summary);
+    }
     Ok(0)
 }
 
@@ -117,27 +177,12 @@ fn script_name(args: &[String]) -> String {
     "python".into()
 }
 
-/// Samples CPython process `pid`: each period's profile goes to the local
-/// directory and/or the uploader; at the end the uploader gets at most
-/// `exit_wait` to deliver what is queued.
-fn sample_python(
-    pid: i32,
-    opts: &osprey_python::Options,
-    stop: &AtomicBool,
-    up: &osprey_upload::UploadConfig,
-    cfg: &osprey::Config,
-) -> Result<osprey_python::Summary, osprey_python::Error> {
-    let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
-    let mut delivery = osprey_upload::Delivery::new(up.clone(), meta, cfg.period);
-    let mut sink = |data: &osprey_pprof::ProfileData| delivery.flush(data);
-    let result = osprey_python::attach_with_sink(pid, opts, stop, &mut sink);
-    report_uploads(&delivery.finish());
-    result
-}
-
-fn report_uploads(stats: &[osprey_upload::BackendStats]) {
+/// One line per backend: what was delivered, and what was not. Silenced by
+/// `--quiet` unless something was lost.
+fn report_uploads<'a>(stats: impl Iterator<Item = &'a osprey_upload::BackendStats>, quiet: bool) {
     for s in stats {
         let mut line = format!("osprey: {}: {} profiles delivered to {}", s.backend, s.delivered, s.url);
+        let lost = s.queued > 0 || s.dropped > 0 || s.rejected > 0;
         if s.queued > 0 {
             line.push_str(&format!(", {} not sent at exit", s.queued));
         }
@@ -147,31 +192,10 @@ fn report_uploads(stats: &[osprey_upload::BackendStats]) {
         if s.rejected > 0 {
             line.push_str(&format!(", {} refused", s.rejected));
         }
-        eprintln!("{line}");
+        if !quiet || lost {
+            eprintln!("{line}");
+        }
     }
-}
-
-fn run_python(program: &Path, cmd: &[String], s: &Sampling) -> Result<u8, Failure> {
-    let up = delivery(s, &script_name(cmd))?;
-    let cfg = check_sampling(s, &up)?;
-    let mut child = std::process::Command::new(program)
-        .arg0(&cmd[0])
-        .args(&cmd[1..])
-        .spawn()
-        .map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
-    let opts = python_options(&cfg, &up, None);
-    let stop = stop_on_ctrl_c();
-    let result = sample_python(child.id() as i32, &opts, stop, &up, &cfg);
-    let status = child.wait().map_err(|e| Failure::from(format!("waiting for {}: {e}", cmd[0])))?;
-    match result {
-        Ok(summary) => print_summary(&summary),
-        Err(e) => eprintln!("osprey: {e}"),
-    }
-    Ok(match (status.code(), status.signal()) {
-        (Some(c), _) => c as u8,
-        (None, Some(sig)) => 128 + sig as u8,
-        _ => 1,
-    })
 }
 
 fn python_options(
@@ -190,9 +214,11 @@ fn python_options(
 }
 
 fn print_summary(s: &osprey_python::Summary) {
-    eprintln!("osprey: {} samples", s.samples);
-    for f in &s.files {
-        eprintln!("osprey: profile written to {}", f.display());
+    s.warnings.iter().for_each(|w| eprintln!("osprey: {w}"));
+    let names: Vec<String> = s.files.iter().map(|p| p.display().to_string()).collect();
+    match names.len() {
+        0 => eprintln!("osprey: no samples ({} sampling passes); no profile written", s.passes_done),
+        n => eprintln!("osprey: {} samples; {n} profile(s) written: {}", s.samples, names.join(" ")),
     }
 }
 
@@ -287,6 +313,23 @@ fn agent_library() -> Result<PathBuf, Failure> {
 
 fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| std::env::current_dir().map(|d| d.join(p)).unwrap_or(p.to_path_buf()))
+}
+
+/// `Some("setuid")`/`Some("setgid")` when executing `path` changes the
+/// effective user or group (the loader then runs in secure mode and ignores
+/// LD_PRELOAD).
+fn secure_exec(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    // SAFETY: plain id queries.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if m.mode() & libc::S_ISUID != 0 && m.uid() != euid {
+        return Some("setuid");
+    }
+    if m.mode() & libc::S_ISGID != 0 && m.gid() != egid {
+        return Some("setgid");
+    }
+    None
 }
 
 /// An ELF executable without a program interpreter (PT_INTERP): the dynamic

@@ -213,7 +213,12 @@ fn status_streams_and_signals_pass_through() {
         .unwrap();
     assert_eq!(o.status.code(), Some(7));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "out:hello\n");
-    assert_eq!(String::from_utf8_lossy(&o.stderr), "err\n");
+    // The program's stderr first, untouched; then osprey's own lines.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.starts_with("err\n"), "{stderr:?}");
+    assert!(stderr.lines().skip(1).all(|l| l.starts_with("osprey: ")), "{stderr:?}");
+    let o = run(&["exec", "-q", "--out", out.to_str().unwrap(), "--", "sh", "-c", "echo err >&2"]);
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "err\n", "--quiet: the program's stderr only");
     use std::os::unix::process::ExitStatusExt;
     let o = run(&["exec", "--out", out.to_str().unwrap(), "--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(o.status.signal(), Some(libc::SIGTERM), "killed by its own SIGTERM, like without osprey");

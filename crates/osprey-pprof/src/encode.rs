@@ -9,7 +9,10 @@
 //! - every native address inside a region of `/proc/<pid>/maps` has that
 //!   region as mapping; `mapping[0]` is the main binary's text when known;
 //! - samples with the same location ids and (sorted) labels are merged by
-//!   adding their values; every sample has `sample_type.len()` values.
+//!   adding their values; every sample has `sample_type.len()` values;
+//! - every sample carries a `pid` label (the profiled process) and, when the
+//!   process name is known, a `process` label (its `comm`), unless it already
+//!   has them, so files of several processes can be merged and filtered.
 
 use super::build_id;
 use super::maps::{proc_dir, ProcMaps, Region};
@@ -230,9 +233,15 @@ impl<'a> Encoder<'a> {
         let width = data.sample_types.len();
         let mut out: Vec<Sample> = Vec::new();
         let mut index: HashMap<(Vec<u64>, Vec<super::Label>), usize> = HashMap::new();
+        let process = process_labels(data.pid);
         for s in &data.samples {
             let ids: Vec<u64> = s.frames.iter().map(|f| self.location(f)).collect();
             let mut labels = s.labels.clone();
+            for l in &process {
+                if !labels.iter().any(|have| have.key == l.key) {
+                    labels.push(l.clone());
+                }
+            }
             labels.sort();
             let mut values = s.values.clone();
             values.resize(width, 0);
@@ -255,4 +264,15 @@ impl<'a> Encoder<'a> {
             LabelValue::Num(n) => Label { key, num: *n, ..Label::default() },
         }
     }
+}
+
+/// `pid` and `process` labels of the process `pid` (0: this process); the
+/// name is left out when `/proc/<pid>/comm` cannot be read (process gone).
+fn process_labels(pid: i32) -> Vec<super::Label> {
+    let pid = if pid > 0 { pid } else { std::process::id() as i32 };
+    let mut out = vec![super::Label { key: "pid".into(), value: LabelValue::Num(pid as i64) }];
+    if let Ok(name) = std::fs::read_to_string(proc_dir(pid).join("comm")) {
+        out.push(super::Label { key: "process".into(), value: LabelValue::Str(name.trim_end().to_string()) });
+    }
+    out
 }

@@ -38,13 +38,17 @@ pub struct Summary {
 }
 
 /// Summarizes `profiles` (merged) on the sample type named `sample_index`
-/// (a type name such as `"cpu"`, or a number), by default the first profile's
-/// last sample type. Every profile must have that type.
+/// (a type name such as `"cpu"`, or a number), by default `cpu` when the
+/// first profile has it, else its last sample type. Every profile must have
+/// that type.
 pub fn summarize(profiles: &[Profile], sample_index: Option<&str>) -> Result<Summary, Error> {
     let first = profiles.first().ok_or(Error::NoProfiles)?;
     let types: Vec<&str> = first.sample_type.iter().map(|t| first.string(t.r#type)).collect();
     let pick = match sample_index {
-        None => types.len().checked_sub(1).ok_or(Error::NoSampleTypes)?,
+        None => match types.iter().position(|t| *t == "cpu") {
+            Some(i) => i,
+            None => types.len().checked_sub(1).ok_or(Error::NoSampleTypes)?,
+        },
         Some(s) => match s.parse::<usize>() {
             Ok(i) if i < types.len() => i,
             _ => types.iter().position(|t| *t == s).ok_or_else(|| Error::UnknownSampleType {

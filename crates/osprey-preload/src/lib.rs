@@ -5,9 +5,18 @@
 //! `osprey::Config`), writes the last profile at `exit`, and interposes
 //! `pthread_create` so every new thread registers itself (thread-start path)
 //! before its start routine runs. Threads created any other way are found by
-//! the agent's discovery scan.
+//! the agent's discovery scan. Which processes profile, and which pass the
+//! agent on to the programs they exec, is decided in [`launch`]. The exec
+//! family is interposed (`exec_shim.c`, `exec.rs`) so that no osprey signal
+//! reaches an exec'd program; `abort` and `_exit` write the profile so far
+//! first (`shutdown.rs`); a program that installs a handler for one of
+//! osprey's signals gets it, osprey steps aside (`sigaction.rs`).
 
 mod context_ffi;
+mod exec;
+mod launch;
+mod shutdown;
+mod sigaction;
 
 use osprey::internals::threads;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -30,8 +39,10 @@ static PROFILER: Mutex<Option<osprey::Profiler>> = Mutex::new(None);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
-    if std::env::var_os("OSPREY_CHILDREN").is_none_or(|v| v != "1") {
-        remove_self_from_ld_preload();
+    shutdown::resolve();
+    sigaction::resolve();
+    if launch::decide() != launch::Role::Native {
+        return;
     }
     // SAFETY: key with a plain extern "C" destructor, created once.
     unsafe {
@@ -57,8 +68,14 @@ extern "C" fn init() {
     }
 }
 
-/// At `exit`: stop sampling and write the last profile.
+/// At `exit`: stop sampling and write the last profile. Only in the process
+/// the agent belongs to: a `vfork` child calling `exit` shares our memory
+/// (taking the guard would rob the parent of its last profile), and a raw
+/// `clone` child has no collector to stop.
 extern "C" fn finish() {
+    if !osprey::internals::agent::owns_process() {
+        return;
+    }
     let p = PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(p) = p {
         let files = p.stop();
@@ -67,19 +84,6 @@ extern "C" fn finish() {
                 eprintln!("osprey: last profile written to {}", f.display());
             }
         }
-    }
-}
-
-/// Programs the target execs are not profiled unless `OSPREY_CHILDREN=1`.
-fn remove_self_from_ld_preload() {
-    let Some(v) = std::env::var_os("LD_PRELOAD") else { return };
-    let v = v.to_string_lossy().into_owned();
-    let kept: Vec<&str> =
-        v.split([':', ' ']).filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so")).collect();
-    if kept.is_empty() {
-        std::env::remove_var("LD_PRELOAD");
-    } else {
-        std::env::set_var("LD_PRELOAD", kept.join(":"));
     }
 }
 
@@ -129,12 +133,7 @@ extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
         let key = EXIT_KEY.load(Acquire);
         if key != usize::MAX {
             // SAFETY: valid key; non-null marker value so the destructor runs.
-            unsafe {
-                libc::pthread_setspecific(
-                    key as libc::pthread_key_t,
-                    core::ptr::NonNull::<libc::c_void>::dangling().as_ptr(),
-                )
-            };
+            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, std::ptr::dangling::<libc::c_void>()) };
         }
     }
     (start.routine)(start.arg)

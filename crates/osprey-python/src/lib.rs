@@ -77,7 +77,8 @@ pub struct Summary {
     pub samples: u64,
     /// Profile files written.
     pub files: Vec<PathBuf>,
-    /// Stacks dropped because they changed while being read, on every retry.
+    /// Stacks kept with a `[truncated]` frame (changing while read on every
+    /// retry, looping, or too deep).
     pub torn: u64,
     /// Stacks re-read because they changed while being read.
     pub retries: u64,

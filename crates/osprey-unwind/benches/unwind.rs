@@ -38,11 +38,7 @@ extern "C" fn snap(_: *mut libc::c_void) {
     let len = (hi - sp).min(64 << 10) as usize;
     // SAFETY: [sp, hi) is this thread's mapped stack.
     let bytes = unsafe { std::slice::from_raw_parts(sp as *const u8, len) }.to_vec();
-    *SNAP.lock().unwrap() = Some(Snapshot {
-        regs: Regs { pc, sp, fp },
-        base: sp,
-        bytes,
-    });
+    *SNAP.lock().unwrap() = Some(Snapshot { regs: Regs { pc, sp, fp }, base: sp, bytes });
 }
 
 /// Fills 16 KiB of this thread's stack below the caller with a pattern and
@@ -57,13 +53,8 @@ fn paint() -> (u64, u64) {
 /// What a handler does: enter the module set, unwind, leave.
 #[inline(never)]
 fn handler_walk(shared: &osprey_unwind::Shared<osprey_unwind::ModuleSet>, s: &Snapshot, frames: &mut [u64]) -> usize {
-    let stack = CopiedStack {
-        base: s.base,
-        bytes: &s.bytes,
-    };
-    shared
-        .read(|set| unwind(set, s.regs, |a| stack.read(a), frames).len)
-        .unwrap_or(0)
+    let stack = CopiedStack { base: s.base, bytes: &s.bytes };
+    shared.read(|set| unwind(set, s.regs, |a| stack.read(a), frames).len).unwrap_or(0)
 }
 
 /// Bytes of stack below the caller that `handler_walk` dirtied.
@@ -104,37 +95,20 @@ fn main() {
     // SAFETY: calling our C library with a valid callback.
     unsafe { run(40, Some(snap), std::ptr::null_mut()) };
     let s = SNAP.lock().unwrap().take().unwrap();
-    let stack = CopiedStack {
-        base: s.base,
-        bytes: &s.bytes,
-    };
+    let stack = CopiedStack { base: s.base, bytes: &s.bytes };
 
     // Ours.
     let mut ours = [0u64; DEPTH];
-    let walk = shared
-        .read(|set| unwind(set, s.regs, |a| stack.read(a), &mut ours))
-        .unwrap();
+    let walk = shared.read(|set| unwind(set, s.regs, |a| stack.read(a), &mut ours)).unwrap();
     assert_eq!(walk.len, DEPTH, "the captured stack is {} deep", walk.len);
     let (p50, p99) = time(|| {
         let mut frames = [0u64; DEPTH];
-        shared
-            .read(|set| unwind(set, s.regs, |a| stack.read(a), &mut frames).len)
-            .unwrap()
+        shared.read(|set| unwind(set, s.regs, |a| stack.read(a), &mut frames).len).unwrap()
     });
     // Rule lookups alone, for the same 32 pcs (return addresses at pc - 1).
-    let pcs: Vec<u64> = ours
-        .iter()
-        .enumerate()
-        .map(|(i, &p)| if i == 0 { p } else { p - 1 })
-        .collect();
+    let pcs: Vec<u64> = ours.iter().enumerate().map(|(i, &p)| if i == 0 { p } else { p - 1 }).collect();
     let (l50, l99) = time(|| {
-        shared
-            .read(|set| {
-                pcs.iter()
-                    .map(|&p| set.rule_for(p).map_or(0, |r| r.cfa_offset() as usize))
-                    .sum()
-            })
-            .unwrap()
+        shared.read(|set| pcs.iter().map(|&p| set.rule_for(p).map_or(0, |r| r.cfa_offset() as usize)).sum()).unwrap()
     });
     println!("32 rule lookups alone: p50 {l50:.0} ns, p99 {l99:.0} ns");
     let (ours_bytes, n_modules) = shared.read(|set| (set.table_bytes(), set.modules().len())).unwrap();
@@ -153,10 +127,7 @@ fn main() {
                 .and_then(|s| Some((s.address()..s.address() + s.size(), s.data().ok()?.to_vec())))
         };
         let (eh, hdr, text, got) = (sect(".eh_frame"), sect(".eh_frame_hdr"), sect(".text"), sect(".got"));
-        fh_bytes += [&eh, &hdr]
-            .iter()
-            .map(|s| s.as_ref().map_or(0, |s| s.1.len()))
-            .sum::<usize>();
+        fh_bytes += [&eh, &hdr].iter().map(|s| s.as_ref().map_or(0, |s| s.1.len())).sum::<usize>();
         let info = ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma: text.as_ref().map(|t| t.0.clone()),
@@ -167,12 +138,7 @@ fn main() {
             eh_frame_hdr: hdr.map(|h| h.1),
             ..Default::default()
         };
-        fh.add_module(framehop::Module::new(
-            m.path.display().to_string(),
-            m.start..m.end,
-            m.bias,
-            info,
-        ));
+        fh.add_module(framehop::Module::new(m.path.display().to_string(), m.start..m.end, m.bias, info));
     }
     let mut cache = CacheX86_64::<MustNotAllocateDuringUnwind>::new_in();
     let fh_walk = |out: &mut [u64; DEPTH], cache: &mut CacheX86_64<MustNotAllocateDuringUnwind>| -> usize {
@@ -221,10 +187,7 @@ fn main() {
     println!("32-deep unwind of a copied stack through frameless C ({n_modules} modules loaded), ns per unwind:");
     println!("| unwinder | p50 ns | p99 ns | unwind data kept (KiB) |");
     println!("|---|---|---|---|");
-    println!(
-        "| osprey-unwind compact tables | {p50:.0} | {p99:.0} | {} |",
-        ours_bytes / 1024
-    );
+    println!("| osprey-unwind compact tables | {p50:.0} | {p99:.0} | {} |", ours_bytes / 1024);
     println!(
         "| framehop 0.16 (no-alloc, warm cache) | {f50:.0} | {f99:.0} | {} (.eh_frame + hdr) + {} cache |",
         fh_bytes / 1024,

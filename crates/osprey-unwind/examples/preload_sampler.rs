@@ -82,14 +82,8 @@ extern "C" fn init() {
         sa.sa_sigaction = on_sigprof as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut());
-        let every = libc::timeval {
-            tv_sec: 0,
-            tv_usec: 2000,
-        };
-        let it = libc::itimerval {
-            it_interval: every,
-            it_value: every,
-        };
+        let every = libc::timeval { tv_sec: 0, tv_usec: 2000 };
+        let it = libc::itimerval { it_interval: every, it_value: every };
         libc::setitimer(libc::ITIMER_PROF, &it, std::ptr::null_mut());
         libc::atexit(report);
     }

@@ -33,9 +33,7 @@ extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc:
         return;
     };
     let mut frames = [0u64; DEPTH];
-    let n = shared
-        .read(|set| unwind(set, regs, |a| stack.read(a), &mut frames).len)
-        .unwrap_or(0);
+    let n = shared.read(|set| unwind(set, regs, |a| stack.read(a), &mut frames).len).unwrap_or(0);
     for (s, f) in slot.iter().zip(&frames[..n]) {
         s.store(*f, Relaxed);
     }
@@ -47,15 +45,7 @@ fn main() {
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/frameless.c");
     let so = std::env::temp_dir().join(format!("libframeless-main-{}.so", std::process::id()));
     let ok = std::process::Command::new("gcc")
-        .args([
-            "-O2",
-            "-fomit-frame-pointer",
-            "-shared",
-            "-fPIC",
-            "-DFL_MAIN",
-            "-Dmain=fl_main",
-            "-o",
-        ])
+        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-DFL_MAIN", "-Dmain=fl_main", "-o"])
         .arg(&so)
         .arg(src)
         .args(["-lz", "-lpthread"])
@@ -90,18 +80,9 @@ fn main() {
         sev.sigev_signo = libc::SIGPROF;
         sev.sigev_notify_thread_id = libc::gettid();
         let mut timer: libc::timer_t = std::mem::zeroed();
-        assert_eq!(
-            libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut sev, &mut timer),
-            0
-        );
-        let ms = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 1_000_000,
-        };
-        let its = libc::itimerspec {
-            it_interval: ms,
-            it_value: ms,
-        };
+        assert_eq!(libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut sev, &mut timer), 0);
+        let ms = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+        let its = libc::itimerspec { it_interval: ms, it_value: ms };
         assert_eq!(libc::timer_settime(timer, 0, &its, std::ptr::null_mut()), 0);
     }
     let arg0 = c"frameless";
@@ -115,42 +96,25 @@ fn main() {
     let mut syms: HashMap<std::path::PathBuf, Symbols> = HashMap::new();
     let shared = tracker.shared();
     let mut name = |a: u64| -> String {
-        let m = shared
-            .read(|s| s.module_for(a).map(|m| (m.path.clone(), a - m.bias)))
-            .unwrap();
+        let m = shared.read(|s| s.module_for(a).map(|m| (m.path.clone(), a - m.bias))).unwrap();
         let Some((path, svma)) = m else {
             return format!("{a:#x}");
         };
-        let s = syms
-            .entry(path.clone())
-            .or_insert_with(|| Symbols::load(&path).unwrap_or_default());
-        s.lookup(svma).map_or_else(
-            || osprey_unwind::symbols::module_offset_name(&path, svma),
-            |(n, _)| n.into(),
-        )
+        let s = syms.entry(path.clone()).or_insert_with(|| Symbols::load(&path).unwrap_or_default());
+        s.lookup(svma).map_or_else(|| osprey_unwind::symbols::module_offset_name(&path, svma), |(n, _)| n.into())
     };
     let (mut reach, mut leaves) = (0, HashMap::<String, usize>::new());
     for i in 0..n {
         let len = LENS[i].load(Relaxed);
         let frames: Vec<u64> = SAMPLES[i][..len].iter().map(|f| f.load(Relaxed)).collect();
-        let names: Vec<String> = frames
-            .iter()
-            .enumerate()
-            .map(|(k, &f)| name(if k == 0 { f } else { f - 1 }))
-            .collect();
+        let names: Vec<String> =
+            frames.iter().enumerate().map(|(k, &f)| name(if k == 0 { f } else { f - 1 })).collect();
         reach += names.iter().any(|n| n == "fl_main") as usize;
         // The hot leaf, or the hot function whose callee (e.g. a libc helper) was interrupted.
-        let hot = names
-            .iter()
-            .find(|n| n.starts_with("hot_"))
-            .cloned()
-            .unwrap_or_else(|| "other".into());
+        let hot = names.iter().find(|n| n.starts_with("hot_")).cloned().unwrap_or_else(|| "other".into());
         *leaves.entry(hot).or_default() += 1;
     }
-    println!(
-        "samples {n}, reaching fl_main {reach} ({:.1}%)",
-        100.0 * reach as f64 / n as f64
-    );
+    println!("samples {n}, reaching fl_main {reach} ({:.1}%)", 100.0 * reach as f64 / n as f64);
     let mut l: Vec<_> = leaves.into_iter().collect();
     l.sort();
     for (k, v) in l {

@@ -47,24 +47,15 @@ pub struct Compiled {
 /// Reads and compiles the ELF file at `path`; `debug_root` is where to look
 /// for separate debug files by build id (normally [`DEBUG_ROOT`]).
 pub fn compile_file(path: &Path, debug_root: Option<&Path>) -> Result<Compiled> {
-    let data = std::fs::read(path).map_err(|source| Error::Io {
-        path: path.into(),
-        source,
-    })?;
+    let data = std::fs::read(path).map_err(|source| Error::Io { path: path.into(), source })?;
     compile_elf(path, &data, debug_root)
 }
 
 /// Compiles an ELF image held in memory (`path` names it in errors).
 pub fn compile_elf(path: &Path, data: &[u8], debug_root: Option<&Path>) -> Result<Compiled> {
-    let elf = |source| Error::Elf {
-        path: path.into(),
-        source,
-    };
+    let elf = |source| Error::Elf { path: path.into(), source };
     let file = object::File::parse(data).map_err(elf)?;
-    let mut out = Compiled {
-        build_id: file.build_id().map_err(elf)?.map(<[u8]>::to_vec),
-        ..Compiled::default()
-    };
+    let mut out = Compiled { build_id: file.build_id().map_err(elf)?.map(<[u8]>::to_vec), ..Compiled::default() };
     let mut rows = Vec::new();
     let mut covered = Vec::new();
 
@@ -86,14 +77,8 @@ pub fn compile_elf(path: &Path, data: &[u8], debug_root: Option<&Path>) -> Resul
     debug(&file)?;
     if let (Some(root), Some(id)) = (debug_root, out.build_id.as_deref()) {
         if let Some(dpath) = debug_file_path(root, id).filter(|p| p.is_file()) {
-            let ddata = std::fs::read(&dpath).map_err(|source| Error::Io {
-                path: dpath.clone(),
-                source,
-            })?;
-            let dfile = object::File::parse(&*ddata).map_err(|source| Error::Elf {
-                path: dpath.clone(),
-                source,
-            })?;
+            let ddata = std::fs::read(&dpath).map_err(|source| Error::Io { path: dpath.clone(), source })?;
+            let dfile = object::File::parse(&*ddata).map_err(|source| Error::Elf { path: dpath.clone(), source })?;
             debug(&dfile)?;
             out.debug_file = Some(dpath);
         }
@@ -141,10 +126,7 @@ fn eh_frame_rows(
     // The sorted index the runtime's own unwinder uses, when there is one.
     if let Some(hdr) = hdr {
         let hdr_bases = bases.clone().set_eh_frame_hdr(hdr.address());
-        let parsed = hdr
-            .data()
-            .ok()
-            .and_then(|d| EhFrameHdr::new(d, LittleEndian).parse(&hdr_bases, 8).ok());
+        let parsed = hdr.data().ok().and_then(|d| EhFrameHdr::new(d, LittleEndian).parse(&hdr_bases, 8).ok());
         if let Some(table) = parsed.as_ref().and_then(|p| p.table()) {
             let mut it = table.iter(&hdr_bases);
             while let Ok(Some((_, ptr))) = it.next() {
@@ -289,10 +271,7 @@ fn cfa_minus_rsp(expr: gimli::Expression<Slice>, encoding: gimli::Encoding, rip:
         }
     }
     match eval.as_result() {
-        [gimli::Piece {
-            location: Location::Address { address },
-            ..
-        }] => address.checked_sub(RSP),
+        [gimli::Piece { location: Location::Address { address }, .. }] => address.checked_sub(RSP),
         _ => None,
     }
 }

@@ -41,9 +41,7 @@ impl ModuleSet {
             }
             keep
         });
-        ModuleSet {
-            modules: modules.into(),
-        }
+        ModuleSet { modules: modules.into() }
     }
 
     pub fn modules(&self) -> &[Module] {

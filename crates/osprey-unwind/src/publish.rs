@@ -157,10 +157,7 @@ mod tests {
     }
 
     fn probe(v: u64) -> Probe {
-        Probe {
-            alive: AtomicBool::new(true),
-            payload: vec![v; 64],
-        }
+        Probe { alive: AtomicBool::new(true), payload: vec![v; 64] }
     }
 
     #[test]
@@ -221,10 +218,7 @@ mod loom_tests {
 
     fn check(s: &Shared<Probe>) -> Option<usize> {
         s.read(|p| {
-            assert!(
-                p.0.load(std::sync::atomic::Ordering::SeqCst),
-                "reader saw a reclaimed value"
-            );
+            assert!(p.0.load(std::sync::atomic::Ordering::SeqCst), "reader saw a reclaimed value");
             p.1
         })
     }

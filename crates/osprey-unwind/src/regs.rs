@@ -15,11 +15,7 @@ impl Regs {
         // SAFETY: the caller passes the kernel-provided ucontext_t.
         let g = unsafe { &(*(uc as *const libc::ucontext_t)).uc_mcontext.gregs };
         let reg = |i: libc::c_int| g.get(i as usize).map_or(0, |&v| v as u64);
-        Regs {
-            pc: reg(libc::REG_RIP),
-            sp: reg(libc::REG_RSP),
-            fp: reg(libc::REG_RBP),
-        }
+        Regs { pc: reg(libc::REG_RIP), sp: reg(libc::REG_RSP), fp: reg(libc::REG_RBP) }
     }
 }
 

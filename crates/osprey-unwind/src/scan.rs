@@ -45,10 +45,7 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut
     // `info` is valid for the callback's duration (loader's contract).
     let (scan, info) = unsafe { (&mut *(data as *mut Scan), &*info) };
     if scan.generation.is_none() && size >= std::mem::size_of::<libc::dl_phdr_info>() {
-        scan.generation = Some(Generation {
-            adds: info.dlpi_adds,
-            subs: info.dlpi_subs,
-        });
+        scan.generation = Some(Generation { adds: info.dlpi_adds, subs: info.dlpi_subs });
     }
     if scan.only_generation {
         return 1;
@@ -78,23 +75,13 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut
         }
     }
     if start < end {
-        scan.objects.push(Loaded {
-            path: name,
-            bias: info.dlpi_addr,
-            start,
-            end,
-            image,
-        });
+        scan.objects.push(Loaded { path: name, bias: info.dlpi_addr, start, end, image });
     }
     0
 }
 
 fn iterate(only_generation: bool) -> Scan {
-    let mut scan = Scan {
-        generation: None,
-        objects: Vec::new(),
-        only_generation,
-    };
+    let mut scan = Scan { generation: None, objects: Vec::new(), only_generation };
     // SAFETY: `each` matches the callback contract; `scan` outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(each), &mut scan as *mut Scan as *mut libc::c_void) };
     scan
@@ -224,8 +211,7 @@ fn compile_image(
         // mapped for the process's lifetime (vDSO).
         let hdr = unsafe { std::slice::from_raw_parts(lo as *const u8, 64) };
         let u = |at: usize, n: usize| {
-            hdr.get(at..at + n)
-                .map_or(0, |b| b.iter().rev().fold(0u64, |v, &x| v << 8 | u64::from(x)))
+            hdr.get(at..at + n).map_or(0, |b| b.iter().rev().fold(0u64, |v, &x| v << 8 | u64::from(x)))
         };
         let end = u(0x28, 8).saturating_add(u(0x3a, 2).saturating_mul(u(0x3c, 2)));
         if end <= mapped {
@@ -277,12 +263,7 @@ pub fn loaded_in(pid: u32) -> std::io::Result<Vec<Loaded>> {
                 object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_X != 0,
                 _ => false,
             };
-            Some(
-                file.segments()
-                    .filter(exec)
-                    .map(|s| (s.file_range().0, s.file_range().1, s.address()))
-                    .collect(),
-            )
+            Some(file.segments().filter(exec).map(|s| (s.file_range().0, s.file_range().1, s.address())).collect())
         });
         let Some(segs) = segs else { continue };
         // The mapping starts at the segment's offset rounded down to a page.
@@ -294,13 +275,7 @@ pub fn loaded_in(pid: u32) -> std::io::Result<Vec<Loaded>> {
         let bias = start.wrapping_sub(p_vaddr.wrapping_sub(p_off).wrapping_add(off));
         match out.last_mut() {
             Some(l) if l.path == path && l.bias == bias => l.end = l.end.max(end),
-            _ => out.push(Loaded {
-                path,
-                bias,
-                start,
-                end,
-                image: None,
-            }),
+            _ => out.push(Loaded { path, bias, start, end, image: None }),
         }
     }
     Ok(out)

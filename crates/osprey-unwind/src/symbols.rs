@@ -30,21 +30,12 @@ impl Symbols {
     /// [`crate::compile::DEBUG_ROOT`]) when it is installed: stripped
     /// libraries (libc) get their local functions back.
     pub fn load_with_debug(path: &Path, debug_root: Option<&Path>) -> Result<Symbols> {
-        let data = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.into(),
-            source,
-        })?;
-        let file = object::File::parse(&*data).map_err(|source| Error::Elf {
-            path: path.into(),
-            source,
-        })?;
+        let data = std::fs::read(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        let file = object::File::parse(&*data).map_err(|source| Error::Elf { path: path.into(), source })?;
         let mut syms = Vec::new();
         collect(&file, &mut syms);
         let id = file.build_id().ok().flatten();
-        if let Some(dpath) = debug_root
-            .zip(id)
-            .and_then(|(root, id)| crate::compile::debug_file_path(root, id))
-        {
+        if let Some(dpath) = debug_root.zip(id).and_then(|(root, id)| crate::compile::debug_file_path(root, id)) {
             if let Ok(ddata) = std::fs::read(&dpath) {
                 let dfile = object::File::parse(&*ddata).map_err(|source| Error::Elf { path: dpath, source })?;
                 collect(&dfile, &mut syms);
@@ -86,9 +77,7 @@ fn collect(file: &object::File, out: &mut Vec<(u64, u64, String)>) {
 
 /// `libz.so.1+0x3a26`: the module's file name and the ELF virtual address.
 pub fn module_offset_name(module: &Path, svma: u64) -> String {
-    let name = module
-        .file_name()
-        .map_or_else(|| module.to_string_lossy(), |n| n.to_string_lossy());
+    let name = module.file_name().map_or_else(|| module.to_string_lossy(), |n| n.to_string_lossy());
     format!("{name}+{svma:#x}")
 }
 
@@ -98,18 +87,13 @@ mod tests {
 
     #[test]
     fn sizes_are_respected() {
-        let s = Symbols {
-            syms: vec![(0x100, 0x10, "a".into()), (0x200, 0x8, "b".into())],
-        };
+        let s = Symbols { syms: vec![(0x100, 0x10, "a".into()), (0x200, 0x8, "b".into())] };
         assert_eq!(s.lookup(0x100), Some(("a", 0)));
         assert_eq!(s.lookup(0x10f), Some(("a", 0xf)));
         assert_eq!(s.lookup(0x110), None, "past the end of `a` is not `a`");
         assert_eq!(s.lookup(0x1ff), None);
         assert_eq!(s.lookup(0x207), Some(("b", 7)));
         assert_eq!(s.lookup(0x208), None);
-        assert_eq!(
-            module_offset_name(Path::new("/lib/x86_64-linux-gnu/libz.so.1"), 0x3a26),
-            "libz.so.1+0x3a26"
-        );
+        assert_eq!(module_offset_name(Path::new("/lib/x86_64-linux-gnu/libz.so.1"), 0x3a26), "libz.so.1+0x3a26");
     }
 }

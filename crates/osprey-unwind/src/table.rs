@@ -127,10 +127,7 @@ pub struct Table {
 
 const IN_PAGE_SHIFT: u32 = 24;
 const INDEX_MASK: u32 = (1 << IN_PAGE_SHIFT) - 1;
-const _: () = assert!(
-    PAGE_SHIFT <= 32 - IN_PAGE_SHIFT,
-    "the in-page offset must fit the entry's high bits"
-);
+const _: () = assert!(PAGE_SHIFT <= 32 - IN_PAGE_SHIFT, "the in-page offset must fit the entry's high bits");
 
 impl Table {
     /// The rule covering ELF virtual address `svma`; `None` outside every FDE
@@ -246,12 +243,7 @@ impl Table {
                 ((s & ((1 << PAGE_SHIFT) - 1)) << IN_PAGE_SHIFT) | index
             })
             .collect();
-        Some(Table {
-            base,
-            entries,
-            pages,
-            palette: palette.into(),
-        })
+        Some(Table { base, entries, pages, palette: palette.into() })
     }
 }
 
@@ -268,10 +260,7 @@ mod tests {
         let r = Rule::cfa(Kind::Rbp, 16, Some(2)).unwrap();
         assert_eq!((r.kind(), r.cfa_offset(), r.rbp_below_cfa()), (Kind::Rbp, 16, Some(16)));
         let r = Rule::cfa(Kind::Rsp, MAX_CFA_OFFSET, None).unwrap();
-        assert_eq!(
-            (r.kind(), r.cfa_offset(), r.rbp_below_cfa()),
-            (Kind::Rsp, MAX_CFA_OFFSET, None)
-        );
+        assert_eq!((r.kind(), r.cfa_offset(), r.rbp_below_cfa()), (Kind::Rsp, MAX_CFA_OFFSET, None));
         assert!(Rule::cfa(Kind::Rsp, MAX_CFA_OFFSET + 1, None).is_none());
         assert!(Rule::cfa(Kind::Rsp, 8, Some(256)).is_none());
     }

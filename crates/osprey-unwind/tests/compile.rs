@@ -49,17 +49,11 @@ fn signal_trampoline_stops() {
 
 #[test]
 fn page_index_lookup_matches_a_plain_search() {
-    for lib in [
-        "/lib/x86_64-linux-gnu/libc.so.6",
-        "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0",
-    ] {
+    for lib in ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0"] {
         let t = compile_file(lib.as_ref(), None).unwrap().table;
         let entries: Vec<(u64, Rule)> = t.iter().collect();
         assert_eq!(entries.len(), t.len());
-        assert!(
-            entries.windows(2).all(|w| w[0].0 < w[1].0),
-            "{lib}: starts not increasing"
-        );
+        assert!(entries.windows(2).all(|w| w[0].0 < w[1].0), "{lib}: starts not increasing");
         let (lo, hi) = (entries[0].0, entries[entries.len() - 1].0);
         let mut seed = 0x2545f4914f6cdd1du64;
         for i in 0..200_000u64 {
@@ -72,10 +66,7 @@ fn page_index_lookup_matches_a_plain_search() {
                 1 => entries[(seed % entries.len() as u64) as usize].0,
                 _ => entries[(seed % entries.len() as u64) as usize].0.saturating_sub(1),
             };
-            let plain = entries
-                .partition_point(|e| e.0 <= a)
-                .checked_sub(1)
-                .map(|i| entries[i].1);
+            let plain = entries.partition_point(|e| e.0 <= a).checked_sub(1).map(|i| entries[i].1);
             assert_eq!(t.lookup(a), plain, "{lib} at {a:#x}");
         }
     }
@@ -88,13 +79,7 @@ fn page_index_lookup_matches_a_plain_search() {
 fn debug_frame_from_a_separate_debug_file_by_build_id() {
     let full = common::build_c(
         "libframeless-debugframe.so",
-        &[
-            "-shared",
-            "-fPIC",
-            "-fno-asynchronous-unwind-tables",
-            "-fno-unwind-tables",
-            "-Wl,--build-id",
-        ],
+        &["-shared", "-fPIC", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-Wl,--build-id"],
     );
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("debugroot");
     let _ = std::fs::remove_dir_all(&dir);
@@ -102,24 +87,13 @@ fn debug_frame_from_a_separate_debug_file_by_build_id() {
     let stripped = dir.join("libstripped.so");
     let debug = dir.join("tmp.debug");
     let run = |args: &[&std::ffi::OsStr]| {
-        assert!(
-            std::process::Command::new("objcopy")
-                .args(args)
-                .status()
-                .unwrap()
-                .success(),
-            "objcopy {args:?}"
-        );
+        assert!(std::process::Command::new("objcopy").args(args).status().unwrap().success(), "objcopy {args:?}");
     };
     run(&["--only-keep-debug".as_ref(), full.as_os_str(), debug.as_os_str()]);
     run(&["--strip-debug".as_ref(), full.as_os_str(), stripped.as_os_str()]);
 
     let alone = compile_file(&stripped, None).unwrap();
-    assert_eq!(
-        (alone.eh_fdes, alone.debug_fdes),
-        (0, 0),
-        "the stripped file has no CFI of its own"
-    );
+    assert_eq!((alone.eh_fdes, alone.debug_fdes), (0, 0), "the stripped file has no CFI of its own");
     let id = alone.build_id.clone().expect("build id");
     let dest = osprey_unwind::compile::debug_file_path(&dir, &id).unwrap();
     std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
@@ -146,12 +120,7 @@ fn debug_frame_from_a_separate_debug_file_by_build_id() {
 fn vdso_has_a_table() {
     let shared = common::refresh();
     let vdso = shared
-        .read(|s| {
-            s.modules()
-                .iter()
-                .find(|m| m.path.to_string_lossy().contains("vdso"))
-                .map(|m| m.table.len())
-        })
+        .read(|s| s.modules().iter().find(|m| m.path.to_string_lossy().contains("vdso")).map(|m| m.table.len()))
         .unwrap();
     assert!(vdso.is_some_and(|n| n > 0), "vDSO: {vdso:?}");
 }
@@ -164,12 +133,7 @@ fn symbols_from_the_separate_debug_file() {
     use osprey_unwind::symbols::{module_offset_name, Symbols};
     let libc = std::path::Path::new("/lib/x86_64-linux-gnu/libc.so.6");
     let data = std::fs::read(libc).unwrap();
-    let id = object::File::parse(&*data)
-        .unwrap()
-        .build_id()
-        .unwrap()
-        .unwrap()
-        .to_vec();
+    let id = object::File::parse(&*data).unwrap().build_id().unwrap().unwrap().to_vec();
     let dpath = debug_file_path(DEBUG_ROOT.as_ref(), &id).unwrap();
     let ddata = std::fs::read(&dpath).unwrap_or_else(|e| panic!("{}: {e} (apt install libc6-dbg)", dpath.display()));
     let dfile = object::File::parse(&*ddata).unwrap();

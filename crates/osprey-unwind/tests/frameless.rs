@@ -78,10 +78,7 @@ fn zlib_thread_reaches_its_caller() {
     let t = unsafe {
         *stop = 0;
         let mut t: libc::pthread_t = std::mem::zeroed();
-        assert_eq!(
-            libc::pthread_create(&mut t, std::ptr::null(), worker, std::ptr::null_mut()),
-            0
-        );
+        assert_eq!(libc::pthread_create(&mut t, std::ptr::null(), worker, std::ptr::null_mut()), 0);
         t
     };
     STACK_HI.store(stack_hi(t), SeqCst);
@@ -109,14 +106,8 @@ fn zlib_thread_reaches_its_caller() {
     }
     eprintln!("zlib thread: {in_zlib}/300 samples in libz; of those {reached} reach fl_zlib_worker, {complete} reach the thread start");
     assert!(in_zlib >= 150, "only {in_zlib}/300 samples in zlib");
-    assert!(
-        reached * 100 >= in_zlib * 90,
-        "{reached}/{in_zlib} zlib samples reach fl_zlib_worker"
-    );
-    assert!(
-        complete * 100 >= in_zlib * 90,
-        "{complete}/{in_zlib} zlib samples reach the thread start"
-    );
+    assert!(reached * 100 >= in_zlib * 90, "{reached}/{in_zlib} zlib samples reach fl_zlib_worker");
+    assert!(complete * 100 >= in_zlib * 90, "{complete}/{in_zlib} zlib samples reach the thread start");
 }
 
 /// Whether `pc` lies in the system libz (and not in our library).
@@ -143,10 +134,7 @@ fn frameless_leaf_gives_its_caller() {
     let t = unsafe {
         *stop = 0;
         let mut t: libc::pthread_t = std::mem::zeroed();
-        assert_eq!(
-            libc::pthread_create(&mut t, std::ptr::null(), worker, std::ptr::null_mut()),
-            0
-        );
+        assert_eq!(libc::pthread_create(&mut t, std::ptr::null(), worker, std::ptr::null_mut()), 0);
         t
     };
     STACK_HI.store(stack_hi(t), SeqCst);

@@ -35,29 +35,18 @@ static A: Counting = Counting;
 fn walks_do_not_allocate() {
     common::lib();
     let shared = common::refresh();
-    let pcs: Vec<u64> = shared
-        .read(|s| s.modules().iter().map(|m| (m.start + m.end) / 2).collect())
-        .unwrap();
+    let pcs: Vec<u64> = shared.read(|s| s.modules().iter().map(|m| (m.start + m.end) / 2).collect()).unwrap();
     let mut bytes = vec![0u8; 8192];
     for (i, w) in bytes.chunks_mut(8).enumerate() {
         w.copy_from_slice(&pcs[i % pcs.len()].to_le_bytes());
     }
-    let stack = CopiedStack {
-        base: 0x10000,
-        bytes: &bytes,
-    };
+    let stack = CopiedStack { base: 0x10000, bytes: &bytes };
     let mut frames = [0u64; 64];
     let mut lens = 0usize;
     let before = ALLOCS.load(SeqCst);
     for (i, &pc) in pcs.iter().cycle().take(10_000).enumerate() {
-        let regs = Regs {
-            pc,
-            sp: 0x10000 + (i as u64 % 1000) * 8,
-            fp: 0x10000 + (i as u64 % 500) * 16,
-        };
-        lens += shared
-            .read(|s| unwind(s, regs, |a| stack.read(a), &mut frames).len)
-            .unwrap_or(0);
+        let regs = Regs { pc, sp: 0x10000 + (i as u64 % 1000) * 8, fp: 0x10000 + (i as u64 % 500) * 16 };
+        lens += shared.read(|s| unwind(s, regs, |a| stack.read(a), &mut frames).len).unwrap_or(0);
     }
     assert_eq!(ALLOCS.load(SeqCst) - before, 0, "the unwind path allocated");
     assert!(lens > 10_000, "walks went past the leaf: {lens}");

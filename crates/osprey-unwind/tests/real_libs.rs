@@ -51,17 +51,11 @@ fn sample_library(lib: &str, work: Work) -> (u32, u32, u32) {
     let _s = serial();
     let set = refresh();
     install_handler();
-    let mut job = Box::new(Job {
-        work,
-        stop: AtomicBool::new(false),
-    });
+    let mut job = Box::new(Job { work, stop: AtomicBool::new(false) });
     // SAFETY: a pthread running `worker` on `job`, joined below.
     let t = unsafe {
         let mut t: libc::pthread_t = std::mem::zeroed();
-        assert_eq!(
-            libc::pthread_create(&mut t, std::ptr::null(), worker, &mut *job as *mut Job as *mut c_void),
-            0
-        );
+        assert_eq!(libc::pthread_create(&mut t, std::ptr::null(), worker, &mut *job as *mut Job as *mut c_void), 0);
         t
     };
     STACK_HI.store(stack_hi(t), SeqCst);
@@ -72,10 +66,7 @@ fn sample_library(lib: &str, work: Work) -> (u32, u32, u32) {
         let (frames, walk) = sample(t);
         let in_lib = frames
             .first()
-            .and_then(|&pc| {
-                set.read(|s| s.module_for(pc).map(|m| m.path.to_string_lossy().contains(lib)))
-                    .flatten()
-            })
+            .and_then(|&pc| set.read(|s| s.module_for(pc).map(|m| m.path.to_string_lossy().contains(lib))).flatten())
             .unwrap_or(false);
         if in_lib {
             inside += 1;
@@ -109,10 +100,7 @@ fn input() -> Vec<u8> {
 fn check(lib: &str, (inside, reach, complete): (u32, u32, u32)) {
     assert!(inside >= 100, "{lib}: only {inside}/200 samples inside");
     assert!(reach * 100 >= inside * 90, "{lib}: {reach}/{inside} reach the caller");
-    assert!(
-        complete * 100 >= inside * 90,
-        "{lib}: {complete}/{inside} reach the thread start"
-    );
+    assert!(complete * 100 >= inside * 90, "{lib}: {complete}/{inside} reach the thread start");
 }
 
 #[test]
@@ -125,18 +113,7 @@ fn through_liblzma() {
     let work: Work = Box::new(move || {
         let mut pos = 0usize;
         // SAFETY: buffers sized as the API requires; preset 1, CRC64 check (4).
-        let r = unsafe {
-            enc(
-                1,
-                4,
-                std::ptr::null(),
-                src.as_ptr(),
-                src.len(),
-                dst.as_mut_ptr(),
-                &mut pos,
-                dst.len(),
-            )
-        };
+        let r = unsafe { enc(1, 4, std::ptr::null(), src.as_ptr(), src.len(), dst.as_mut_ptr(), &mut pos, dst.len()) };
         assert_eq!(r, 0);
     });
     check("liblzma", sample_library("liblzma", work));
@@ -172,13 +149,7 @@ fn through_libsqlite3() {
     let work: Work = Box::new(move || {
         // SAFETY: a valid connection (used by this thread only) and statement.
         let r = unsafe {
-            exec(
-                db as *mut c_void,
-                sql.as_ptr(),
-                std::ptr::null(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
+            exec(db as *mut c_void, sql.as_ptr(), std::ptr::null(), std::ptr::null_mut(), std::ptr::null_mut())
         };
         assert_eq!(r, 0);
     });

@@ -24,12 +24,7 @@ fn garbage_stacks_never_fault() {
     let mut seed = 0x9e3779b97f4a7c15u64;
     // Code addresses of real modules, so walks get past the first frame.
     let pcs: Vec<u64> = shared
-        .read(|s| {
-            s.modules()
-                .iter()
-                .flat_map(|m| [m.start, (m.start + m.end) / 2, m.end - 1])
-                .collect()
-        })
+        .read(|s| s.modules().iter().flat_map(|m| [m.start, (m.start + m.end) / 2, m.end - 1]).collect())
         .unwrap();
     let mut bytes = vec![0u8; 64 << 10];
     let mut frames = [0u64; 64];
@@ -37,11 +32,7 @@ fn garbage_stacks_never_fault() {
     for round in 0..2000 {
         for w in bytes.chunks_mut(8) {
             // Half the words look like code addresses, the rest like anything.
-            let v = if rng(&mut seed) % 2 == 0 {
-                pcs[(rng(&mut seed) as usize) % pcs.len()]
-            } else {
-                rng(&mut seed)
-            };
+            let v = if rng(&mut seed) % 2 == 0 { pcs[(rng(&mut seed) as usize) % pcs.len()] } else { rng(&mut seed) };
             w.copy_from_slice(&v.to_le_bytes());
         }
         let base = 0x7ff0_0000_0000u64;
@@ -49,15 +40,9 @@ fn garbage_stacks_never_fault() {
         let regs = Regs {
             pc: pcs[round % pcs.len()],
             sp: base + (rng(&mut seed) % bytes.len() as u64),
-            fp: if round % 2 == 0 {
-                base + rng(&mut seed) % bytes.len() as u64
-            } else {
-                rng(&mut seed)
-            },
+            fp: if round % 2 == 0 { base + rng(&mut seed) % bytes.len() as u64 } else { rng(&mut seed) },
         };
-        let walk = shared
-            .read(|s| unwind(s, regs, |a| stack.read(a), &mut frames))
-            .unwrap();
+        let walk = shared.read(|s| unwind(s, regs, |a| stack.read(a), &mut frames)).unwrap();
         assert!(walk.len >= 1 && walk.len <= frames.len());
         total += 1;
         multi += (walk.len > 1) as u64;
@@ -72,11 +57,7 @@ fn pc_in_no_module_is_truncated() {
     let _s = serial();
     let shared = refresh();
     let mut frames = [0u64; 8];
-    let regs = Regs {
-        pc: 0x10,
-        sp: 0x1000,
-        fp: 0,
-    };
+    let regs = Regs { pc: 0x10, sp: 0x1000, fp: 0 };
     let walk = shared.read(|s| unwind(s, regs, |_| Some(0), &mut frames)).unwrap();
     assert_eq!((walk.len, walk.truncated), (1, true));
     let walk = shared.read(|s| unwind(s, regs, |_| None, &mut [])).unwrap();
@@ -116,16 +97,9 @@ fn dlopen_dlclose_loop_while_unwinding() {
                         let v = m.start + rng(&mut seed) % (m.end - m.start);
                         w.copy_from_slice(&v.to_le_bytes());
                     }
-                    let stack = CopiedStack {
-                        base: 0x1000,
-                        bytes: &bytes,
-                    };
+                    let stack = CopiedStack { base: 0x1000, bytes: &bytes };
                     let m = &ms[(rng(&mut seed) as usize) % ms.len()];
-                    let regs = Regs {
-                        pc: m.start + rng(&mut seed) % (m.end - m.start),
-                        sp: 0x1000,
-                        fp: 0x1800,
-                    };
+                    let regs = Regs { pc: m.start + rng(&mut seed) % (m.end - m.start), sp: 0x1000, fp: 0x1800 };
                     unwind(s, regs, |a| stack.read(a), &mut frames)
                 });
                 walks.fetch_add(1, SeqCst);
@@ -150,11 +124,7 @@ fn dlopen_dlclose_loop_while_unwinding() {
     stop.store(true, SeqCst);
     u.join().unwrap();
     // Every dlopen and every dlclose moved the loader's generation counters.
-    assert_eq!(
-        published,
-        2 * i,
-        "the generation counters did not notice every dlopen/dlclose"
-    );
+    assert_eq!(published, 2 * i, "the generation counters did not notice every dlopen/dlclose");
 }
 
 fn refresh_count() -> usize {
@@ -172,21 +142,13 @@ fn handler_on_sigaltstack_unwinds_the_interrupted_stack() {
         // SAFETY: an alternate signal stack for this thread, removed below
         // before `alt` is freed.
         unsafe {
-            let ss = libc::stack_t {
-                ss_sp: alt.as_mut_ptr().cast(),
-                ss_flags: 0,
-                ss_size: alt.len(),
-            };
+            let ss = libc::stack_t { ss_sp: alt.as_mut_ptr().cast(), ss_flags: 0, ss_size: alt.len() };
             assert_eq!(libc::sigaltstack(&ss, std::ptr::null_mut()), 0);
         }
         let got = on_this_thread();
         // SAFETY: disabling the alternate stack.
         unsafe {
-            let ss = libc::stack_t {
-                ss_sp: std::ptr::null_mut(),
-                ss_flags: libc::SS_DISABLE,
-                ss_size: 0,
-            };
+            let ss = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
             assert_eq!(libc::sigaltstack(&ss, std::ptr::null_mut()), 0);
         }
         got
@@ -211,9 +173,7 @@ fn proc_maps_agree_with_the_loader() {
     let mut checked = 0;
     for l in loader.iter().filter(|l| l.path.is_absolute() && l.path.is_file()) {
         let canon = std::fs::canonicalize(&l.path).unwrap();
-        let m = maps
-            .iter()
-            .find(|m| std::fs::canonicalize(&m.path).ok() == Some(canon.clone()));
+        let m = maps.iter().find(|m| std::fs::canonicalize(&m.path).ok() == Some(canon.clone()));
         let m = m.unwrap_or_else(|| panic!("{} not in /proc/self/maps", l.path.display()));
         assert_eq!(m.bias, l.bias, "{}", l.path.display());
         assert!(m.start <= l.start && l.end <= m.end.max(l.end), "{}", l.path.display());
@@ -239,10 +199,7 @@ fn sampling_while_dlopen_dlclose_republishes() {
     let t = unsafe {
         *stop_c = 0;
         let mut t: libc::pthread_t = std::mem::zeroed();
-        assert_eq!(
-            libc::pthread_create(&mut t, std::ptr::null(), worker, std::ptr::null_mut()),
-            0
-        );
+        assert_eq!(libc::pthread_create(&mut t, std::ptr::null(), worker, std::ptr::null_mut()), 0);
         t
     };
     STACK_HI.store(stack_hi(t), SeqCst);

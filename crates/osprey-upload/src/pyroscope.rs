@@ -9,10 +9,10 @@
 //! what osprey puts in `name=`: service, env, version and the user's tags.
 //!
 //! Pyroscope turns a pprof sample's string labels into series too, so the
-//! high-cardinality ones (`thread id`, `thread name`, `span id`,
+//! high-cardinality ones (`thread id`, `thread name`, `pid`, `span id`,
 //! `local root span id`, the timeline's `end_timestamp_ns`) are removed from
-//! the samples before sending; low-cardinality ones (CPython's `state`)
-//! stay, with their key made a valid label name.
+//! the samples before sending; low-cardinality ones (CPython's `state`, the
+//! `process` name) stay, with their key made a valid label name.
 
 use crate::config::{Endpoint, UploadConfig};
 use crate::http::Request;
@@ -21,8 +21,15 @@ use osprey_pprof::pprof::Profile;
 use prost::Message;
 
 /// Labels never sent to Pyroscope as series.
-pub const HIGH_CARDINALITY: &[&str] =
-    &["thread id", "thread name", "span id", "local root span id", "trace endpoint", osprey_pprof::TIMESTAMP_LABEL];
+pub const HIGH_CARDINALITY: &[&str] = &[
+    "thread id",
+    "thread name",
+    "pid",
+    "span id",
+    "local root span id",
+    "trace endpoint",
+    osprey_pprof::TIMESTAMP_LABEL,
+];
 
 /// A Pyroscope label name: `[A-Za-z_][A-Za-z0-9_.]*`.
 pub fn label_name(k: &str) -> String {

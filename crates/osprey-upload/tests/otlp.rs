@@ -81,5 +81,6 @@ fn the_official_classes_decode_what_is_sent() {
     let funcs: Vec<&str> = p["functions"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
     assert!(funcs.contains(&"leaf_3") && funcs.contains(&"main"));
     let attrs: Vec<&str> = p["attributes"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
-    assert_eq!(attrs, ["span.local_root_id", "state", "thread.id", "thread.name"]);
+    // `pid` and `process`: the labels osprey-pprof's encoder puts on every sample (main).
+    assert_eq!(attrs, ["pid", "process", "span.local_root_id", "state", "thread.id", "thread.name"]);
 }

@@ -2,10 +2,14 @@
 //! announced (the thread-start path is in `crate::threads`), and the
 //! once-a-second check of every thread's CPU clock against its samples.
 //!
-//! - A new thread is primed **once**, and only while it is running
-//!   (`R` in its `stat`): a sleeping thread is never woken by osprey, so its
-//!   `nanosleep`/`epoll_wait` never returns `EINTR` because of priming. A
-//!   thread that has the priming signal blocked is never signalled.
+//! - A new thread is primed only while it is running (`R` in its `stat`): a
+//!   sleeping thread is never woken by osprey, so its `nanosleep`/`epoll_wait`
+//!   never returns `EINTR` because of priming. A thread that has the priming
+//!   signal blocked is never signalled. A running thread still unregistered
+//!   a second after its priming (the signal may have met a moment where
+//!   the claim could not complete) is primed again, at most
+//!   [`MAX_PRIMES`] times in all, and never while a priming signal is
+//!   still pending for it.
 //! - A thread that blocks the sampling signal (liblzma's workers, any thread
 //!   that masks everything) gets no clock: its CPU time, read from its CPU
 //!   clock, is reported under a `[signals blocked]` frame, and one line on
@@ -19,7 +23,7 @@ use crate::cpu_clock::{self, thread_cpu_ns};
 use crate::record::{Record, RecordState};
 use crate::registry::Registry;
 use crate::signal::{sys, STATE};
-use crate::threads::{list_threads, signal_blocked, stack_bounds_of, thread_running};
+use crate::threads::{list_threads, signal_blocked, signal_pending, stack_bounds_of, thread_running};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;
@@ -27,6 +31,15 @@ use std::time::Duration;
 /// How often clocks are checked against samples, and blocked or
 /// unregistered threads' CPU time is accounted.
 const CHECK_NS: u64 = 1_000_000_000;
+
+/// Most priming signals a thread is ever sent.
+pub const MAX_PRIMES: u32 = 3;
+
+/// Passes that look again soon at a new thread found blocking the priming signal.
+const BLOCKED_LOOKS: u32 = 10;
+
+/// Time after which a running thread still unregistered is primed again.
+const REPRIME_NS: u64 = 1_000_000_000;
 
 /// Longest interval the scan backs off to while nothing changes.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -45,8 +58,13 @@ pub enum Unsampled {
 pub struct Discovery {
     /// osprey's own threads: never primed nor sampled.
     pub internal: HashSet<i32>,
-    /// Tids sent the priming signal (never twice).
-    primed: HashSet<i32>,
+    /// Tids sent the priming signal: how often, and when last.
+    primed: HashMap<i32, (u32, u64)>,
+    /// How many passes found each unregistered tid blocking the priming signal.
+    blocked_seen: HashMap<i32, u32>,
+    /// An unregistered thread used CPU since the last clock check: scan at
+    /// the shortest interval to catch it running.
+    unregistered_busy: bool,
     /// Tids listed by the previous scan.
     listed: Vec<i32>,
     /// Per thread: CPU ns and samples at the last check.
@@ -87,21 +105,33 @@ impl Discovery {
                 continue;
             }
             match reg.lookup(tid) {
-                None if prime > 0 && reg.free_count() > 0 && !self.primed.contains(&tid) => {
-                    if signal_blocked(tid, prime) {
-                        self.primed.insert(tid); // never signalled: accounted below
-                    } else if thread_running(tid) {
-                        sys::tgkill(pid, tid, prime);
-                        self.primed.insert(tid);
-                    } else {
-                        waiting = true; // asleep: try again at the next pass
+                None if prime > 0 && reg.free_count() > 0 => {
+                    let (count, last) = self.primed.get(&tid).copied().unwrap_or((0, 0));
+                    if count >= MAX_PRIMES || (count > 0 && started.saturating_sub(last) < REPRIME_NS) {
+                        continue;
                     }
+                    if signal_blocked(tid, prime) {
+                        // Never signalled while it blocks the signal (its CPU is
+                        // accounted below). A thread just created blocks every
+                        // signal for a moment: look again soon, a few times.
+                        let seen = self.blocked_seen.entry(tid).or_default();
+                        *seen += 1;
+                        waiting |= *seen <= BLOCKED_LOOKS;
+                    } else if thread_running(tid) && !signal_pending(tid, prime) {
+                        sys::tgkill(pid, tid, prime);
+                        self.primed.insert(tid, (count + 1, started));
+                    }
+                    // Asleep: primed when a scan finds it running; the clock
+                    // check brings the scan back to its shortest interval when
+                    // an unregistered thread used CPU.
                 }
                 None => {}
                 Some((_, rec)) => waiting |= complete_setup(rec, &mut maps),
             }
         }
-        self.primed.retain(|t| tids.binary_search(t).is_ok());
+        self.primed.retain(|t, _| tids.binary_search(t).is_ok());
+        self.blocked_seen.retain(|t, _| tids.binary_search(t).is_ok());
+        waiting |= std::mem::take(&mut self.unregistered_busy);
         if started.saturating_sub(self.last_check_ns) >= CHECK_NS {
             self.check_clocks(reg, &tids);
             self.last_check_ns = started;
@@ -119,7 +149,7 @@ impl Discovery {
         self.listed = tids;
         let changed = !appeared.is_empty() || gone || waiting;
         self.interval = Some(match (changed, self.interval) {
-            (false, Some(i)) => (i * 2).min(MAX_BACKOFF),
+            (false, Some(i)) => (i * 2).max(Duration::from_millis(1)).min(MAX_BACKOFF),
             _ => Duration::ZERO,
         });
         appeared
@@ -163,6 +193,7 @@ impl Discovery {
                 let first = if self.checked_once { 0 } else { cpu };
                 let before = self.unregistered.get(&tid).copied().unwrap_or(first);
                 *self.unsampled.entry(Unsampled::Unregistered).or_default() += cpu.saturating_sub(before);
+                self.unregistered_busy |= cpu > before;
                 unregistered.insert(tid, cpu);
                 continue;
             };

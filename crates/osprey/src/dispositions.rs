@@ -6,6 +6,7 @@
 pub struct Installed {
     pub signal: i32,
     previous: libc::sigaction,
+    handler: usize,
 }
 
 /// Picks a real-time signal with no handler, starting the search at `SIGRTMIN + from`.
@@ -39,7 +40,7 @@ pub(crate) fn install(
         if libc::sigaction(signal, &sa, &mut previous) != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(Installed { signal, previous })
+        Ok(Installed { signal, previous, handler: handler as usize })
     }
 }
 
@@ -49,7 +50,12 @@ impl Installed {
     /// process: the default action of a real-time signal is to terminate).
     /// Returns whether it restored; if not, osprey's handler stays installed
     /// and does nothing once sampling is off.
+    /// A disposition that is no longer osprey's (the program installed its
+    /// own) is left alone.
     pub fn restore(&self) -> bool {
+        if !is_ours(self.signal, self.handler) {
+            return true;
+        }
         for _ in 0..5 {
             if !signal_pending_anywhere(self.signal) {
                 // SAFETY: restoring the disposition saved at install time.
@@ -64,6 +70,9 @@ impl Installed {
 
 /// Whether `signal` is pending for the process or any of its threads.
 pub fn signal_pending_anywhere(signal: i32) -> bool {
+    if !(1..=64).contains(&signal) {
+        return false;
+    }
     let bit = 1u64 << (signal - 1);
     let pending = |path: &std::path::Path| -> bool {
         std::fs::read_to_string(path)
@@ -77,4 +86,13 @@ pub fn signal_pending_anywhere(signal: i32) -> bool {
     };
     let Ok(tids) = crate::threads::list_threads() else { return false };
     tids.iter().any(|t| pending(std::path::Path::new(&format!("/proc/self/task/{t}/status"))))
+}
+
+/// Whether `signal`'s handler is `handler`.
+fn is_ours(signal: i32, handler: usize) -> bool {
+    // SAFETY: querying a disposition with a null new action.
+    unsafe {
+        let mut cur: libc::sigaction = core::mem::zeroed();
+        libc::sigaction(signal, core::ptr::null(), &mut cur) == 0 && cur.sa_sigaction == handler
+    }
 }

@@ -26,7 +26,10 @@
 //! | `threads` | the thread-start path, stack bounds | no |
 //! | `discovery` | finding and priming threads nobody announced | no |
 //! | `collector/` | the background thread: drain, aggregate, write | no |
-//! | `profiler` | start, stop, fork | no |
+//! | `profiler` | start, stop, fork; which process the agent belongs to | no |
+//! | `shutdown` | last profile on SIGINT/SIGTERM/SIGHUP, `abort`, `_exit` | no (its handler is in `signal/`) |
+//! | `takeover` | stepping aside when the program takes one of osprey's signals | no |
+//! | `exec` | no osprey signal survives into an exec'd program | no |
 //! | `context` | the trace-context API for applications | no (writes the record) |
 //! | `config`, `error`, `mmap` | settings, the error type, mappings | no |
 
@@ -37,12 +40,15 @@ mod cpu_clock;
 mod discovery;
 mod dispositions;
 mod error;
+mod exec;
 mod mmap;
 mod profiler;
 mod record;
 mod registry;
+mod shutdown;
 mod signal;
 mod storage;
+mod takeover;
 mod threads;
 
 pub use config::Config;
@@ -53,13 +59,26 @@ pub use profiler::{register_current_thread, Builder, Profiler, ThreadRegistratio
 /// stable API.
 #[doc(hidden)]
 pub mod internals {
-    /// Counters, `is_running`, `runtime_id`, `check_writable`.
+    /// Counters, `is_running`, `owns_process`, `runtime_id`, `check_writable`.
     pub mod agent {
-        pub use crate::profiler::{check_writable, is_running, runtime_id, stats, Stats};
+        pub use crate::profiler::{check_writable, is_running, owns_process, runtime_id, stats, Stats};
     }
     /// Per-thread CPU clocks.
     pub mod cpu_clock {
         pub use crate::cpu_clock::*;
+    }
+    /// Making exec calls safe while sampling.
+    pub mod exec {
+        pub use crate::exec::*;
+    }
+    /// The last profile on termination signals, `abort`, `_exit`.
+    pub mod shutdown {
+        pub use crate::profiler::flush_bounded;
+        pub use crate::shutdown::{disguised, FLUSH_WAIT, SIGNALS};
+    }
+    /// Stepping aside when the program takes over osprey's signal.
+    pub mod takeover {
+        pub use crate::takeover::step_aside;
     }
     /// Finding unannounced threads.
     pub mod discovery {

@@ -12,9 +12,9 @@ use crate::error::Error;
 use crate::registry::{Registry, RegistryConfig};
 use crate::signal::{self, sys, STATE};
 use crate::storage::{CallTraceStorage, StorageConfig};
-use crate::{cpu_clock, threads};
+use crate::{cpu_clock, shutdown, threads};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicPtr, Ordering::*};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -101,15 +101,7 @@ impl Profiler {
 
     /// Writes a profile now (the period restarts). Returns the file written, if any.
     pub fn flush(&self) -> Result<Option<PathBuf>, Error> {
-        let agent = current_agent().ok_or(Error::NotRunning)?;
-        let (lock, cv) = &*agent.control;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).flush_requested = true;
-        cv.notify_all();
-        let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while g.flush_requested {
-            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-        Ok(g.last_file.clone())
+        request_flush(None)
     }
 
     /// Stops sampling, writes the last profile, and returns every file written.
@@ -125,6 +117,65 @@ impl Drop for Profiler {
             stop();
         }
     }
+}
+
+/// Asks the collector for a profile now and waits for it, at most `limit`.
+/// With a limit, the control lock is only tried until the deadline too (the
+/// caller may be `abort`/`_exit` on a thread that holds it).
+fn request_flush(limit: Option<Duration>) -> Result<Option<PathBuf>, Error> {
+    if !owns_process() {
+        return Err(Error::NotRunning);
+    }
+    let agent = current_agent().ok_or(Error::NotRunning)?;
+    let deadline = limit.map(|l| std::time::Instant::now() + l);
+    let (lock, cv) = &*agent.control;
+    let Some(mut g) = lock_until(lock, deadline) else { return Ok(None) };
+    g.flush_requested = true;
+    cv.notify_all();
+    while g.flush_requested {
+        g = match deadline {
+            None => cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+            Some(d) => {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                cv.wait_timeout(g, left).unwrap_or_else(|e| e.into_inner()).0
+            }
+        };
+    }
+    Ok(g.last_file.clone())
+}
+
+/// Locks `lock`, giving up at `deadline` (None: waits).
+fn lock_until<T>(lock: &Mutex<T>, deadline: Option<std::time::Instant>) -> Option<std::sync::MutexGuard<'_, T>> {
+    let Some(d) = deadline else { return Some(lock.lock().unwrap_or_else(|e| e.into_inner())) };
+    loop {
+        match lock.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < d => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
+/// Writes the profile so far if this process's agent runs, waiting at most
+/// `limit`; for the termination paths (`crate::shutdown`).
+pub(crate) fn flush_within(limit: Duration) {
+    let _ = request_flush(Some(limit));
+}
+
+fn flush_for_shutdown() {
+    flush_within(crate::shutdown::FLUSH_WAIT);
+}
+
+/// Writes the profile so far, waiting at most `shutdown::FLUSH_WAIT` (for
+/// `abort`, `_exit`). Does nothing in a process the agent does not belong to.
+pub fn flush_bounded() {
+    flush_for_shutdown();
 }
 
 /// Registers the calling thread now (thread-start path) instead of waiting for
@@ -147,6 +198,16 @@ static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
 static STORAGE: AtomicPtr<CallTraceStorage> = AtomicPtr::new(core::ptr::null_mut());
 static START_LOCK: Mutex<()> = Mutex::new(());
 static FORK_HOOK: std::sync::Once = std::sync::Once::new();
+/// The process the running agent belongs to. A child made by a raw `clone`
+/// (no fork hooks ran) inherits `AGENT` but not the collector thread, its
+/// clocks or its locks' owners: there the agent must do nothing.
+static AGENT_PID: AtomicI32 = AtomicI32::new(0);
+
+/// Whether an agent runs and belongs to the calling process (not to a
+/// parent this process was cloned from without fork hooks).
+pub fn owns_process() -> bool {
+    current_agent().is_some() && AGENT_PID.load(Acquire) == sys::getpid()
+}
 
 fn current_agent() -> Option<&'static Agent> {
     // SAFETY: agents are leaked (never freed), see `stop`.
@@ -191,9 +252,17 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
         thread: Mutex::new(None),
         dispositions: installed,
     }));
+    AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(agent as *const _ as *mut _, Release);
     threads::register_current();
-    collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
+    {
+        // The collector never runs the termination handler (which waits for it).
+        let _blocked = shutdown::BlockTerm::new();
+        collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
+    }
+    if let Err(e) = shutdown::install(flush_for_shutdown) {
+        eprintln!("osprey: cannot start the shutdown thread ({e}); no last profile on SIGINT/SIGTERM/SIGHUP");
+    }
     FORK_HOOK.call_once(|| {
         // SAFETY: registering plain extern "C" callbacks.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
@@ -260,8 +329,14 @@ fn new_runtime_id() -> String {
     format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
-/// Stops the running agent (if any); returns the files it wrote.
+/// Stops the running agent (if any); returns the files it wrote. In a
+/// process the agent does not belong to (see [`owns_process`]) it does
+/// nothing: the collector to join does not exist there, and `START_LOCK`
+/// may have been copied held.
 fn stop() -> Vec<PathBuf> {
+    if !owns_process() {
+        return vec![];
+    }
     let _g = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let Some(agent) = current_agent() else { return vec![] };
     let Some(reg) = Registry::get() else { return vec![] };
@@ -284,6 +359,7 @@ fn stop() -> Vec<PathBuf> {
         let _ = h.join();
     }
     // 4. Restore dispositions unless a signal is still pending somewhere.
+    shutdown::uninstall();
     // A signal still pending (on a thread that blocks it) keeps osprey's
     // handler, a no-op once stopped: SIG_DFL would kill the process.
     for h in &agent.dispositions {
@@ -334,11 +410,14 @@ extern "C" fn after_fork_child() {
         thread: Mutex::new(None),
         dispositions: vec![],
     }));
+    AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(child as *const _ as *mut _, Release);
     threads::register_current();
+    let _blocked = shutdown::BlockTerm::new();
     if collector::spawn(child).is_err() {
         STATE.enabled.store(false, SeqCst);
     }
+    let _ = shutdown::start_thread(flush_for_shutdown);
 }
 
 /// Counters for tests and diagnostics.

@@ -54,6 +54,14 @@ pub fn unregister_current() {
     if let Some((slot, rec)) = reg.lookup(me) {
         cpu_clock::disarm(rec);
         charge_remainder(slot, rec, me);
+        // The name as the thread leaves (renames included), for samples drained after it is gone.
+        let mut name = [0u8; 16];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes into `name`.
+        if unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) } == 0 {
+            let word = |i: usize| u64::from_ne_bytes(name[i..i + 8].try_into().unwrap_or([0; 8]));
+            rec.exit_name[0].store(word(0), Relaxed);
+            rec.exit_name[1].store(word(8), Release);
+        }
         reg.retire(me);
     }
 }
@@ -183,12 +191,21 @@ pub fn list_threads() -> std::io::Result<Vec<i32>> {
 
 /// Whether thread `tid` has `signal` blocked (`SigBlk` in its `status`).
 pub fn signal_blocked(tid: i32, signal: i32) -> bool {
+    status_mask_has(tid, "SigBlk:", signal)
+}
+
+/// Whether `signal` is pending for thread `tid` (`SigPnd` in its `status`).
+pub fn signal_pending(tid: i32, signal: i32) -> bool {
+    status_mask_has(tid, "SigPnd:", signal)
+}
+
+fn status_mask_has(tid: i32, field: &str, signal: i32) -> bool {
     if signal <= 0 {
         return false;
     }
     let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) else { return false };
     s.lines()
-        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
         .is_some_and(|m| m & (1 << (signal - 1)) != 0)
 }

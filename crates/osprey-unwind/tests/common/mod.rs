@@ -108,10 +108,7 @@ extern "C" fn on_sigprof(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mu
     let walk = SHARED
         .get()
         .and_then(|s| s.read(|set| unwind(set, regs, |a| reader.read(a), &mut frames[..limit])))
-        .unwrap_or(Walk {
-            len: 0,
-            truncated: true,
-        });
+        .unwrap_or(Walk { len: 0, truncated: true });
     for (slot, f) in FRAMES.iter().zip(&frames[..walk.len]) {
         slot.store(*f, SeqCst);
     }
@@ -157,13 +154,7 @@ pub fn sample(t: libc::pthread_t) -> (Vec<u64>, Walk) {
     }
     let len = LEN.load(SeqCst);
     let frames = FRAMES[..len].iter().map(|f| f.load(SeqCst)).collect();
-    (
-        frames,
-        Walk {
-            len,
-            truncated: TRUNCATED.load(SeqCst),
-        },
-    )
+    (frames, Walk { len, truncated: TRUNCATED.load(SeqCst) })
 }
 
 /// Unwinds the calling thread from a SIGPROF sent to itself.
@@ -183,25 +174,16 @@ pub struct Namer {
 
 impl Namer {
     pub fn new(set: Arc<Shared<ModuleSet>>) -> Namer {
-        Namer {
-            set,
-            syms: HashMap::new(),
-        }
+        Namer { set, syms: HashMap::new() }
     }
 
     pub fn name(&mut self, addr: u64, leaf: bool) -> String {
         let at = if leaf { addr } else { addr - 1 };
-        let found = self
-            .set
-            .read(|s| s.module_for(at).map(|m| (m.path.clone(), at - m.bias)))
-            .unwrap();
+        let found = self.set.read(|s| s.module_for(at).map(|m| (m.path.clone(), at - m.bias))).unwrap();
         let Some((path, svma)) = found else {
             return format!("{addr:#x}");
         };
-        let syms = self
-            .syms
-            .entry(path.clone())
-            .or_insert_with(|| Symbols::load(&path).unwrap_or_default());
+        let syms = self.syms.entry(path.clone()).or_insert_with(|| Symbols::load(&path).unwrap_or_default());
         match syms.lookup(svma) {
             Some((name, _)) => name.to_owned(),
             None => osprey_unwind::symbols::module_offset_name(&path, svma),

@@ -85,11 +85,16 @@ impl Aggregator {
             let retired = rec.state() == RecordState::Retired;
             // A retired record's tid is already 0: its samples still name the thread.
             let mut tid = rec.tid.load(Relaxed);
+            let exit_name = if retired { rec.exit_name() } else { None };
             rec.ring.drain(|s| {
                 tid = s.tid;
+                if let Some(n) = &exit_name {
+                    self.names.entry(s.tid).or_insert_with(|| n.clone());
+                }
                 self.add(s)
             });
-            let lost = rec.ring_overflow.swap(0, Relaxed);
+            // Load first: a swap would write (make resident) every idle record's page.
+            let lost = if rec.ring_overflow.load(Relaxed) != 0 { rec.ring_overflow.swap(0, Relaxed) } else { 0 };
             if lost > 0 {
                 *self.lost_ring.entry(tid).or_default() += lost;
             }

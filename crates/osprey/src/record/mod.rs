@@ -53,7 +53,12 @@ pub enum Origin {
 }
 
 /// Per-thread profiler state. Lives in a pool mapped up front; see module docs.
-#[repr(C, align(64))]
+///
+/// Page-aligned, with everything a thread that takes no sample touches
+/// (context, ids, clock, bounds, counters) in its first page: an idle thread
+/// costs one resident page; the frame buffer and the ring's slots become
+/// resident only as samples are taken.
+#[repr(C, align(4096))]
 pub struct Record {
     /// Trace context, written by the application thread, read by the handler.
     pub context: ContextRecord,
@@ -73,11 +78,6 @@ pub struct Record {
     /// 1 when the thread blocks the sampling signal: it has no clock and its
     /// CPU time is accounted from its clock reading instead.
     pub blocked: AtomicU32,
-    /// Frames of the last stack walked (`frames[..last_depth]`, leaf first);
-    /// also the handler's work buffer, so the walk costs the interrupted
-    /// stack nothing. Touched only by the owning thread (its handler, or the
-    /// thread itself with the sampling signal blocked).
-    pub frames: UnsafeCell<[u64; MAX_FRAMES]>,
     /// Valid frames in `frames` (0: no sample yet).
     pub last_depth: AtomicU32,
     /// Entry point of the thread's start routine, when the thread-start
@@ -101,9 +101,25 @@ pub struct Record {
     pub ring_overflow: AtomicU64,
     /// Samples taken on this thread.
     pub samples: AtomicU64,
+    /// The thread's name (`comm`, NUL-padded) as it exited, so samples
+    /// drained after it is gone still carry its name; zero while it lives.
+    pub exit_name: [AtomicU64; 2],
+    /// Frames of the last stack walked (`frames[..last_depth]`, leaf first);
+    /// also the handler's work buffer, so the walk costs the interrupted
+    /// stack nothing. Touched only by the owning thread (its handler, or the
+    /// thread itself with the sampling signal blocked).
+    pub frames: UnsafeCell<[u64; MAX_FRAMES]>,
     /// Per-thread sample records, drained by the collector.
     pub ring: SampleRing,
 }
+
+// Everything an idle thread touches lies in the record's first page (see
+// `Record`'s docs): the header fields end before the frame buffer, which
+// starts in that page.
+const _: () = {
+    assert!(core::mem::offset_of!(Record, samples) + 8 <= core::mem::offset_of!(Record, frames));
+    assert!(core::mem::offset_of!(Record, frames) < 4096);
+};
 
 // SAFETY: every field is an atomic except `frames`, which only the owning
 // thread touches (see its docs).
@@ -114,6 +130,15 @@ impl Record {
     #[inline]
     pub fn state(&self) -> RecordState {
         RecordState::from_u32(self.state.load(Acquire))
+    }
+
+    /// The name stored by the exiting thread, if any.
+    pub fn exit_name(&self) -> Option<String> {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.exit_name[0].load(Acquire).to_ne_bytes());
+        b[8..].copy_from_slice(&self.exit_name[1].load(Acquire).to_ne_bytes());
+        let n = b.iter().position(|&c| c == 0).unwrap_or(16);
+        (n > 0).then(|| String::from_utf8_lossy(&b[..n]).into_owned())
     }
 
     /// How the owning thread got the record, if claimed.

@@ -6,6 +6,10 @@ use super::{Registry, RegistryConfig, GLOBAL, INIT_LOCK, MAX_SEGMENTS};
 use crate::mmap::map_zeroed;
 use crate::record::{Record, RecordState};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Mutex;
+
+/// Serialises growth of the pool (see `add_segment_locked`).
+static GROW_LOCK: Mutex<()> = Mutex::new(());
 
 impl Registry {
     /// The process registry, created with `cfg` if it does not exist yet (the
@@ -50,8 +54,17 @@ impl Registry {
     }
 
     /// Maps one more segment and pushes its records on the free list.
-    /// Not signal-safe; called at creation and by the collector when low.
+    /// Not signal-safe; called at creation, by the collector when low, and
+    /// by threads registering themselves when the pool is empty.
     pub fn add_segment(&self) -> std::io::Result<bool> {
+        let _g = GROW_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        self.add_segment_locked()
+    }
+
+    /// [`Registry::add_segment`] with `GROW_LOCK` held: growth is serialised,
+    /// so two growers never map the same segment slot (which would lose one
+    /// mapping and put the same record indices on the free list twice).
+    fn add_segment_locked(&self) -> std::io::Result<bool> {
         let n = self.nsegments.load(Acquire);
         if n >= MAX_SEGMENTS {
             return Ok(false);
@@ -76,7 +89,12 @@ impl Registry {
 
     /// Adds a segment now if growth is allowed. Not signal-safe.
     pub fn grow_now(&self) -> bool {
-        self.growable && self.add_segment().unwrap_or(false)
+        if !self.growable {
+            return false;
+        }
+        let _g = GROW_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        // Another thread may have grown the pool while this one waited.
+        self.free_count() > 0 || self.add_segment_locked().unwrap_or(false)
     }
 
     /// Number of records mapped so far (upper bound of indices in use).
@@ -129,6 +147,8 @@ impl Registry {
         rec.blocked.store(0, Relaxed);
         rec.last_depth.store(0, Relaxed);
         rec.start_routine.store(0, Relaxed);
+        rec.exit_name[0].store(0, Relaxed);
+        rec.exit_name[1].store(0, Relaxed);
         rec.context.reset();
         self.push_free(index as u32);
     }

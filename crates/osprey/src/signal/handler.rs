@@ -122,11 +122,11 @@ impl Drop for InFlight<'_> {
 }
 
 /// Marks the calling thread as inside an osprey handler until dropped.
-struct DepthGuard(Option<&'static AtomicU32>);
+pub(super) struct DepthGuard(Option<&'static AtomicU32>);
 
 impl DepthGuard {
     #[inline(always)]
-    fn enter(reg: &'static Registry, tid: i32) -> Self {
+    pub(super) fn enter(reg: &'static Registry, tid: i32) -> Self {
         let d = reg.handler_depth(tid);
         if let Some(d) = d {
             d.fetch_add(1, Relaxed);

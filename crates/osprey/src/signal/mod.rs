@@ -6,6 +6,7 @@
 //! | `state.rs` | [`STATE`], the process-wide state handlers read |
 //! | `unwind.rs` | the frame-pointer walk |
 //! | `sys.rs` | raw system calls, clocks, the errno guard |
+//! | `shutdown.rs` | `on_terminate`: SIGINT/SIGTERM/SIGHUP, last profile, then the default action |
 //! | `arch/` | registers from `ucontext`, prologue decoding, the `syscall` asm |
 //!
 //! # Rules for code in this folder
@@ -25,6 +26,7 @@
 
 pub(crate) mod arch;
 mod handler;
+pub mod shutdown;
 mod state;
 pub mod sys;
 pub mod unwind;
