@@ -2,8 +2,10 @@
 //!
 //! Invariants: a file named `osprey-<pid>-<UTC yyyymmddTHHMMSSZ>-<seq>.pb.gz`
 //! is always complete (it is written under a dot-prefixed temporary name in
-//! the same directory, synced, then renamed); `seq` comes from a process-wide
-//! counter, so two writes in the same second get different names.
+//! the same directory, synced, then hard-linked under its name); `seq` comes
+//! from a process-wide counter, so two writes in the same second get
+//! different names, and an existing file is never replaced (an `exec`ed
+//! image of the same pid counts from 0 again).
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
@@ -45,12 +47,26 @@ pub fn publish(dir: &Path, pid: i32, bytes: &[u8]) -> io::Result<PathBuf> {
     fs::create_dir_all(dir)?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     let name = file_name(pid, now, SEQ.fetch_add(1, Ordering::Relaxed));
-    let (tmp, path) = (dir.join(format!(".{name}.tmp")), dir.join(&name));
-    let result = write_gzip(&tmp, bytes).and_then(|()| fs::rename(&tmp, &path));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let result = write_gzip(&tmp, bytes).and_then(|()| link_unique(&tmp, dir, pid, now, name));
+    let _ = fs::remove_file(&tmp);
+    result
+}
+
+/// Publishes `tmp` under `name`, or under the next free sequence number:
+/// a process that `exec`s starts its counter again at 0 under the same pid,
+/// and a hard link (unlike a rename) never replaces an existing profile.
+fn link_unique(tmp: &Path, dir: &Path, pid: i32, now: i64, mut name: String) -> io::Result<PathBuf> {
+    loop {
+        let path = dir.join(&name);
+        match fs::hard_link(tmp, &path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                name = file_name(pid, now, SEQ.fetch_add(1, Ordering::Relaxed));
+            }
+            Err(e) => return Err(e),
+        }
     }
-    result.map(|()| path)
 }
 
 fn write_gzip(path: &Path, bytes: &[u8]) -> io::Result<()> {

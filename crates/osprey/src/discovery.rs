@@ -206,10 +206,16 @@ impl Discovery {
                     rec.blocked.store(0, Relaxed);
                     let _ = cpu_clock::arm(rec);
                 }
-            } else if cpu.saturating_sub(cpu0) >= 3 * period && samples == samples0 && signal_blocked(tid, signal) {
-                cpu_clock::disarm(rec);
-                rec.blocked.store(1, Relaxed);
-                *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += cpu.saturating_sub(cpu0);
+            } else if cpu.saturating_sub(cpu0) >= 3 * period && samples == samples0 {
+                if signal_blocked(tid, signal) {
+                    cpu_clock::disarm(rec);
+                    rec.blocked.store(1, Relaxed);
+                    *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += cpu.saturating_sub(cpu0);
+                } else if rec.clock.load(Relaxed) != 0 {
+                    // A clock that stopped working: its descriptor was closed by the program.
+                    *self.unsampled.entry(Unsampled::Unregistered).or_default() += cpu.saturating_sub(cpu0);
+                    let _ = cpu_clock::revive(rec);
+                }
             }
             if rec.blocked.load(Relaxed) != 0 && self.said_blocked.insert(tid) {
                 eprintln!(

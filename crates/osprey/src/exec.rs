@@ -8,7 +8,9 @@
 //! pending osprey signal off the thread with signals blocked; then it puts
 //! the program's signal mask back exactly as it was. Other threads' clocks
 //! signal only their own threads, which `execve` ends. If the exec fails,
-//! [`exec_failed`] restarts the thread's clock.
+//! [`exec_failed`] restarts the thread's clock. Before the exec, the profile
+//! so far is written (waiting at most `shutdown::FLUSH_WAIT`): the new image
+//! starts with nothing of the old one.
 //!
 //! Only the process the agent runs in does this: in a `vfork` or raw `clone`
 //! child (another pid) the calling task has no osprey clock and nothing
@@ -46,6 +48,9 @@ pub fn prepare() -> ExecPrep {
     };
     drain_pending();
     drop(blocked);
+    // The image is about to be replaced: write what it sampled so far
+    // (bounded, like the termination paths), or it would be lost.
+    profiler::flush_within(crate::shutdown::FLUSH_WAIT);
     stopped
 }
 

@@ -66,6 +66,19 @@ pub fn unregister_current() {
     }
 }
 
+/// Takes the calling thread out of profiling without charging anything: for
+/// osprey's own threads (the collector, the shutdown thread), which an
+/// interposed `pthread_create` registered like any other.
+pub fn forget_current() {
+    let Some(reg) = Registry::get() else { return };
+    let _blocked = SignalBlock::all();
+    let me = sys::gettid();
+    if let Some((_, rec)) = reg.lookup(me) {
+        cpu_clock::disarm(rec);
+        reg.retire(me);
+    }
+}
+
 /// See [`unregister_current`]. Runs on the exiting thread with every signal
 /// blocked, so its frame buffer is its own.
 fn charge_remainder(slot: usize, rec: &Record, tid: i32) {

@@ -64,7 +64,7 @@ fn run(agent: &'static Agent) {
     let storage = agent.storage;
     let cfg = &agent.cfg;
     // The collector is not profiled (an interposed pthread_create may have registered it).
-    threads::unregister_current();
+    threads::forget_current();
     let mut discovery = Discovery::default();
     discovery.internal.insert(sys::gettid());
     let mut aggregator = Aggregator::default();

@@ -23,7 +23,12 @@ pub use timer::thread_cpu_ns;
 use crate::record::{Record, RecordState};
 use crate::signal::STATE;
 use std::io;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicBool, Ordering::*};
+
+/// Set once a perf descriptor of osprey's was found closed or reused by the
+/// program (`close_range`, daemonizing): from then on every clock is a POSIX
+/// timer, which has no descriptor to lose.
+static DESCRIPTORS_TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// Highest rate served by POSIX timers: every Linux kernel ticks at least
 /// this often, so below it each expiry is its own signal.
@@ -73,9 +78,7 @@ impl Armed {
             Armed::Timer { id, .. } => timer::close(id),
             Armed::Perf { tid, fd } => {
                 if !perf::close(fd, tid) {
-                    eprintln!(
-                        "osprey: descriptor {fd} is no longer osprey's clock (the program reused it); left alone"
-                    );
+                    descriptors_taken();
                 }
             }
         }
@@ -91,7 +94,7 @@ pub fn arm(rec: &Record) -> io::Result<()> {
         return Ok(());
     }
     let (period, signal) = (STATE.period_ns.load(Relaxed), STATE.sample_signal.load(Relaxed));
-    let armed = if 1_000_000_000 / period.max(1) > TIMER_MAX_HZ {
+    let armed = if 1_000_000_000 / period.max(1) > TIMER_MAX_HZ && !DESCRIPTORS_TAKEN.load(Relaxed) {
         match perf::open(tid, period, signal) {
             Ok(fd) => Armed::Perf { tid, fd },
             Err(_) => Armed::Timer { tid, id: timer::open(tid, period, signal)? },
@@ -114,6 +117,26 @@ pub fn arm(rec: &Record) -> io::Result<()> {
 pub fn disarm(rec: &Record) {
     if let Some(a) = Armed::decode(rec.clock.swap(0, AcqRel)) {
         a.close();
+    }
+}
+
+/// Gives `rec`'s thread a new clock when its clock stopped working (its
+/// CPU time advanced with no sample while it does not block the signal):
+/// the program closed the clock's descriptor. The old descriptor number is
+/// left alone (it may name the program's file now).
+pub fn revive(rec: &Record) -> io::Result<()> {
+    if let Some(a) = Armed::decode(rec.clock.swap(0, AcqRel)) {
+        a.close();
+    }
+    arm(rec)
+}
+
+/// Records that the program took osprey's descriptors; says so once.
+fn descriptors_taken() {
+    if !DESCRIPTORS_TAKEN.swap(true, Relaxed) {
+        eprintln!(
+            "osprey: the program closed or reused osprey's clock descriptors (left alone); POSIX timers from now on"
+        );
     }
 }
 
