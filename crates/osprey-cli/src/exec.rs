@@ -19,9 +19,12 @@ use std::time::{Duration, Instant};
 const AGENT_LIB: &str = "libosprey_preload.so";
 
 pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure> {
-    let out_existed = s.out.exists();
-    let cfg = check_sampling(s)?;
     let program = resolve(&cmd[0])?;
+    let name =
+        if osprey_python::is_cpython_executable(&program) { script_name(cmd) } else { base_name(&cmd[0]).to_string() };
+    let up = delivery(s, &name)?;
+    let out_existed = up.out.as_ref().is_some_and(|o| o.exists());
+    let cfg = check_sampling(s, &up)?;
     if let Some(why) = secure_exec(&program) {
         return Err(Failure::usage(format!(
             "{} is {why}: the loader ignores LD_PRELOAD for it, so it cannot be profiled",
@@ -45,9 +48,17 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         .env("LD_PRELOAD", preload)
         .env("OSPREY_HZ", cfg.hz.to_string())
         .env("OSPREY_PERIOD", cfg.period.as_secs_f64().to_string())
-        .env("OSPREY_OUT", absolute(&cfg.out_dir))
         .env("OSPREY_PYTHON_SAMPLER", "1")
         .env_remove("OSPREY_ROOT_PID");
+    // Files and backends for the preloaded agent (OSPREY_OUT only when
+    // files are written; see `osprey_upload::UploadConfig::to_env`).
+    c.env_remove("OSPREY_OUT");
+    for (k, v) in up.to_env() {
+        match k.as_str() {
+            "OSPREY_OUT" => c.env(k, absolute(Path::new(&v))),
+            _ => c.env(k, v),
+        };
+    }
     if children {
         c.env("OSPREY_CHILDREN", "1");
     } else {
@@ -61,7 +72,7 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let started = Instant::now();
     let child = c.spawn().map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
     let pid = child.id() as i32;
-    let mut tree = tree::Tree::new(pid, children, python_options(&cfg, None));
+    let mut tree = tree::Tree::new(pid, children, python_options(&cfg, &up, None), up.clone());
     while !supervise::has_exited(pid) {
         tree.scan();
         supervise::relay(pid, Duration::from_millis(5));
@@ -70,6 +81,7 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let cpu = supervise::tree_cpu(pid);
     let ended = supervise::reap(pid);
     let finished = tree.finish();
+    report_uploads(finished.iter().flat_map(|f| f.uploads.iter()), s.quiet);
     if !s.quiet {
         // Each distinct warning once, with the processes it concerns.
         let mut warnings: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
@@ -86,7 +98,7 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         }
     }
     let written: Vec<PathBuf> = hints::profile_files(&cfg.out_dir).difference(&before).cloned().collect();
-    if written.is_empty() && !out_existed {
+    if written.is_empty() && !out_existed && up.out.is_some() {
         let _ = std::fs::remove_dir(&cfg.out_dir);
     }
     if !s.quiet {
@@ -97,24 +109,108 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
 }
 
 pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failure> {
-    let cfg = check_sampling(s)?;
+    let up = delivery(s, &python_program_name(pid))?;
+    let cfg = check_sampling(s, &up)?;
     let duration = match duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
             return Err(Failure::usage(format!("--duration {d} must be positive")))
         }
         d => d.map(Duration::from_secs_f64),
     };
-    let opts = python_options(&cfg, duration);
+    let opts = python_options(&cfg, &up, duration);
     let stop = stop_on_ctrl_c();
-    let summary = osprey_python::attach(pid, &opts, stop).map_err(|e| Failure::from(e.to_string()))?;
+    let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
+    let mut delivery = osprey_upload::Delivery::new(up.clone(), meta, cfg.period);
+    let result = osprey_python::attach_with_sink(pid, &opts, stop, &mut |data| delivery.flush(data));
+    report_uploads(delivery.finish().iter(), s.quiet);
+    let summary = result.map_err(|e| Failure::from(e.to_string()))?;
     if !s.quiet {
         print_summary(&summary);
     }
     Ok(0)
 }
 
-fn python_options(cfg: &osprey::Config, duration: Option<Duration>) -> osprey_python::Options {
-    osprey_python::Options { hz: cfg.hz, period: cfg.period, out_dir: cfg.out_dir.clone(), duration, method: None }
+/// The delivery configuration: flags, then OSPREY_* and ecosystem variables.
+fn delivery(s: &Sampling, program: &str) -> Result<osprey_upload::UploadConfig, Failure> {
+    let d = &s.delivery;
+    let flags = osprey_upload::Flags {
+        service: d.service.clone(),
+        env: d.env.clone(),
+        version: d.version.clone(),
+        tags: d.tags.clone(),
+        datadog: d.datadog.clone(),
+        pyroscope: d.pyroscope.clone(),
+        otlp: d.otlp.clone(),
+        out: s.out.clone(),
+        timeout: d.upload_timeout,
+        exit_wait: d.exit_wait,
+    };
+    osprey_upload::UploadConfig::resolve(&flags, program, &|k| std::env::var(k).ok())
+        .map_err(|e| Failure::usage(e.to_string()))
+}
+
+fn base_name(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+/// The service name of a CPython process by default: its script's name
+/// without `.py`, else `python`.
+fn python_program_name(pid: i32) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    script_name(&args)
+}
+
+fn script_name(args: &[String]) -> String {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        if a == "-m" {
+            return it.next().cloned().unwrap_or_else(|| "python".into());
+        }
+        if a == "-c" {
+            break;
+        }
+        if !a.starts_with('-') && !a.is_empty() {
+            return base_name(a).trim_end_matches(".py").to_string();
+        }
+    }
+    "python".into()
+}
+
+/// One line per backend: what was delivered, and what was not. Silenced by
+/// `--quiet` unless something was lost.
+fn report_uploads<'a>(stats: impl Iterator<Item = &'a osprey_upload::BackendStats>, quiet: bool) {
+    for s in stats {
+        let mut line = format!("osprey: {}: {} profiles delivered to {}", s.backend, s.delivered, s.url);
+        let lost = s.queued > 0 || s.dropped > 0 || s.rejected > 0;
+        if s.queued > 0 {
+            line.push_str(&format!(", {} not sent at exit", s.queued));
+        }
+        if s.dropped > 0 {
+            line.push_str(&format!(", {} dropped (queue full)", s.dropped));
+        }
+        if s.rejected > 0 {
+            line.push_str(&format!(", {} refused", s.rejected));
+        }
+        if !quiet || lost {
+            eprintln!("{line}");
+        }
+    }
+}
+
+fn python_options(
+    cfg: &osprey::Config,
+    up: &osprey_upload::UploadConfig,
+    duration: Option<Duration>,
+) -> osprey_python::Options {
+    osprey_python::Options {
+        hz: cfg.hz,
+        period: cfg.period,
+        out_dir: cfg.out_dir.clone(),
+        duration,
+        method: None,
+        timeline: up.timeline,
+    }
 }
 
 fn print_summary(s: &osprey_python::Summary) {
@@ -142,12 +238,15 @@ fn stop_on_ctrl_c() -> &'static AtomicBool {
 }
 
 /// Validates the sampling options and the output directory before anything runs.
-fn check_sampling(s: &Sampling) -> Result<osprey::Config, Failure> {
+fn check_sampling(s: &Sampling, up: &osprey_upload::UploadConfig) -> Result<osprey::Config, Failure> {
     let period = Duration::try_from_secs_f64(s.period)
         .map_err(|_| Failure::usage(format!("--period: {} is not a duration in seconds", s.period)))?;
-    let cfg = osprey::Config { hz: s.hz, period, out_dir: s.out.clone(), lines: s.lines, ..Default::default() };
+    let out_dir = up.out.clone().unwrap_or_else(|| PathBuf::from("profiles"));
+    let cfg = osprey::Config { hz: s.hz, period, out_dir, lines: s.lines, ..Default::default() };
     cfg.validate().map_err(config_failure)?;
-    osprey::internals::agent::check_writable(&s.out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
+    if let Some(out) = &up.out {
+        osprey::internals::agent::check_writable(out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
+    }
     Ok(cfg)
 }
 

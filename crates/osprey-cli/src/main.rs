@@ -30,9 +30,10 @@ pub struct Sampling {
     /// Seconds between profile files.
     #[arg(long, default_value_t = 60.0)]
     pub period: f64,
-    /// Directory for the *.pb.gz profiles.
-    #[arg(long, default_value = "profiles")]
-    pub out: PathBuf,
+    /// Directory for the *.pb.gz profiles [default: profiles when no backend
+    /// is named; with a backend, files are written only if --out is given].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Native frames with file, line and inlined functions (DWARF; uses more
     /// memory in the profiled process at each flush).
     #[arg(long)]
@@ -40,6 +41,41 @@ pub struct Sampling {
     /// No messages from osprey on stderr (errors excepted).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Backends, tags and upload timeouts.
+    #[command(flatten)]
+    pub delivery: Delivery,
+}
+
+/// Where profiles are sent, and their tags (see `osprey_upload::config`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Delivery {
+    /// Service name [default: DD_SERVICE, OTEL_SERVICE_NAME, PYROSCOPE_APPLICATION_NAME, else the program's name].
+    #[arg(long)]
+    pub service: Option<String>,
+    /// Deployment environment [default: DD_ENV].
+    #[arg(long)]
+    pub env: Option<String>,
+    /// Version of the program [default: DD_VERSION].
+    #[arg(long)]
+    pub version: Option<String>,
+    /// KEY:VALUE tag on every profile (repeatable).
+    #[arg(long = "tag", value_name = "KEY:VALUE")]
+    pub tags: Vec<String>,
+    /// Send to a Datadog agent [default URL: DD_TRACE_AGENT_URL, else http://$DD_AGENT_HOST:$DD_TRACE_AGENT_PORT, else http://localhost:8126].
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    pub datadog: Option<String>,
+    /// Send to Grafana Pyroscope [default URL: PYROSCOPE_SERVER_ADDRESS].
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    pub pyroscope: Option<String>,
+    /// Send to an OTLP/HTTP collector [default URL: OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1development/profiles, else http://localhost:4318].
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    pub otlp: Option<String>,
+    /// Seconds each upload request may take.
+    #[arg(long, value_name = "S")]
+    pub upload_timeout: Option<f64>,
+    /// Seconds to wait at exit for the last uploads.
+    #[arg(long, value_name = "S")]
+    pub exit_wait: Option<f64>,
 }
 
 #[derive(Subcommand)]

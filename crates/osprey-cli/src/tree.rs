@@ -43,7 +43,7 @@ fn ppid(pid: i32) -> Option<i32> {
 struct Sampler {
     image: Image,
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<osprey_python::Summary, osprey_python::Error>>,
+    thread: JoinHandle<(Result<osprey_python::Summary, osprey_python::Error>, Vec<osprey_upload::BackendStats>)>,
 }
 
 /// What a finished sampler reports.
@@ -51,12 +51,16 @@ pub struct Finished {
     pub pid: i32,
     pub root: bool,
     pub result: Result<osprey_python::Summary, osprey_python::Error>,
+    /// What its profiles' delivery to the backends did (empty without one).
+    pub uploads: Vec<osprey_upload::BackendStats>,
 }
 
 pub struct Tree {
     root: i32,
     children: bool,
     opts: osprey_python::Options,
+    /// Where each sampler's profiles go (files and/or backends).
+    up: osprey_upload::UploadConfig,
     /// Parent of every pid seen in `/proc` (as first seen).
     parents: HashMap<i32, i32>,
     /// Images already judged not to be CPython.
@@ -68,11 +72,12 @@ pub struct Tree {
 }
 
 impl Tree {
-    pub fn new(root: i32, children: bool, opts: osprey_python::Options) -> Tree {
+    pub fn new(root: i32, children: bool, opts: osprey_python::Options, up: osprey_upload::UploadConfig) -> Tree {
         Tree {
             root,
             children,
             opts,
+            up,
             parents: HashMap::new(),
             native: HashMap::new(),
             samplers: HashMap::new(),
@@ -146,15 +151,23 @@ impl Tree {
 
     fn start(&mut self, pid: i32, image: Image) {
         let stop = Arc::new(AtomicBool::new(false));
-        let (opts, flag) = (self.opts.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("py-{pid}"))
-            .spawn(move || osprey_python::attach(pid, &opts, &flag));
+        let (opts, flag, up) = (self.opts.clone(), stop.clone(), self.up.clone());
+        let thread = std::thread::Builder::new().name(format!("py-{pid}")).spawn(move || {
+            // Each CPython process delivers its own profiles, with its own
+            // runtime id; at the end the uploader gets at most `exit_wait`.
+            let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
+            let mut delivery = osprey_upload::Delivery::new(up, meta, opts.period);
+            let result = osprey_python::attach_with_sink(pid, &opts, &flag, &mut |data| delivery.flush(data));
+            let uploads = delivery.finish();
+            (result, uploads)
+        });
         match thread {
             Ok(thread) => {
                 self.samplers.insert(pid, Sampler { image, stop, thread });
             }
-            Err(e) => self.finished.push(Finished { pid, root: pid == self.root, result: Err(e.into()) }),
+            Err(e) => {
+                self.finished.push(Finished { pid, root: pid == self.root, result: Err(e.into()), uploads: Vec::new() })
+            }
         }
     }
 
@@ -166,8 +179,9 @@ impl Tree {
     }
 
     fn join(&mut self, pid: i32, s: Sampler) {
-        let result = s.thread.join().unwrap_or_else(|_| Err(std::io::Error::other("sampler panicked").into()));
-        self.finished.push(Finished { pid, root: pid == self.root, result });
+        let (result, uploads) =
+            s.thread.join().unwrap_or_else(|_| (Err(std::io::Error::other("sampler panicked").into()), Vec::new()));
+        self.finished.push(Finished { pid, root: pid == self.root, result, uploads });
     }
 
     /// Stops every sampler (each writes its last profile) and returns what

@@ -76,6 +76,13 @@ pub struct Label {
     pub value: LabelValue,
 }
 
+/// Key of the numeric label holding a sample's wall-clock time in ns since
+/// the Unix epoch (a timeline). Datadog reads it under this name; the OTLP
+/// exporter turns it into the sample's timestamp. Samples that carry it are
+/// only merged with samples of the same instant, so profiles with a
+/// timeline hold one sample per stack and moment.
+pub const TIMESTAMP_LABEL: &str = "end_timestamp_ns";
+
 /// One sampled stack with its values and labels.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Sample {
@@ -86,6 +93,22 @@ pub struct Sample {
     /// Labels of the sample, in any order (sorted when encoding). Samples with
     /// the same frames and labels are merged when encoding.
     pub labels: Vec<Label>,
+}
+
+impl Sample {
+    /// The sample's time ([`TIMESTAMP_LABEL`]), if it has one.
+    pub fn timestamp_ns(&self) -> Option<i64> {
+        self.labels.iter().find_map(|l| match (&l.value, l.key == TIMESTAMP_LABEL) {
+            (LabelValue::Num(n), true) => Some(*n),
+            _ => None,
+        })
+    }
+
+    /// Sets the sample's time ([`TIMESTAMP_LABEL`]).
+    pub fn set_timestamp_ns(&mut self, ns: i64) {
+        self.labels.retain(|l| l.key != TIMESTAMP_LABEL);
+        self.labels.push(Label { key: TIMESTAMP_LABEL.into(), value: LabelValue::Num(ns) });
+    }
 }
 
 /// One profile as collected: unsymbolized samples plus metadata, the input of

@@ -38,6 +38,10 @@ pub struct Aggregator {
     /// the window (written in the profile's comments).
     pub truncated: u64,
     pub cycles: u64,
+    /// Label each sample with its pass's wall-clock time
+    /// ([`osprey_pprof::TIMESTAMP_LABEL`]): a timeline, at the cost of one
+    /// sample per stack and pass instead of per stack.
+    pub timeline: bool,
 }
 
 impl Aggregator {
@@ -60,6 +64,7 @@ impl Aggregator {
                 .unwrap_or_default(),
             truncated: 0,
             cycles: 0,
+            timeline: false,
         }
     }
 
@@ -70,13 +75,21 @@ impl Aggregator {
             self.cpu_start = self.cpu_start.or(cpu_clock);
             self.cpu_last = cpu_clock;
         }
+        let now_ns = if self.timeline {
+            SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+        } else {
+            0
+        };
         for s in samples {
-            let labels = vec![
+            let mut labels = vec![
                 Label { key: "thread id".into(), value: LabelValue::Num(s.tid as i64) },
                 Label { key: "thread name".into(), value: LabelValue::Str(s.name.clone()) },
                 Label { key: "state".into(), value: LabelValue::Str(s.state.to_string()) },
                 Label { key: "process".into(), value: LabelValue::Str(self.process.clone()) },
             ];
+            if self.timeline {
+                labels.push(Label { key: osprey_pprof::TIMESTAMP_LABEL.into(), value: LabelValue::Num(now_ns) });
+            }
             if let Some(why) = s.truncated {
                 self.truncated += 1;
                 self.cycles += (why == crate::stack::End::Cycle) as u64;

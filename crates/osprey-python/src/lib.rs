@@ -41,11 +41,20 @@ pub struct Options {
     pub duration: Option<Duration>,
     /// Force one thread-state discovery method (tests); None = combined.
     pub method: Option<Method>,
+    /// Samples carry their time (a timeline; see [`Aggregator::timeline`]).
+    pub timeline: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { hz: 100, period: Duration::from_secs(60), out_dir: PathBuf::from("."), duration: None, method: None }
+        Options {
+            hz: 100,
+            period: Duration::from_secs(60),
+            out_dir: PathBuf::from("."),
+            duration: None,
+            method: None,
+            timeline: false,
+        }
     }
 }
 
@@ -185,6 +194,7 @@ pub fn attach_with_sink(
     let interval_ns = interval.as_nanos() as i64;
     sampler.interval_ns = interval_ns;
     let mut agg = Aggregator::new(pid, interval_ns, &sampler);
+    agg.timeline = opts.timeline;
     let mut next = Instant::now();
     let mut last_flush = Instant::now();
     let loop_start = Instant::now();

@@ -33,6 +33,7 @@ fn collect(pid: i32, hz: u32, secs: f64) -> (Vec<ProfileData>, osprey_python::Su
         out_dir: std::env::temp_dir(),
         duration: Some(Duration::from_secs_f64(secs)),
         method: None,
+        timeline: false,
     };
     let mut out = Vec::new();
     let summary = attach_with_sink(pid, &opts, &AtomicBool::new(false), &mut |d| {

@@ -22,6 +22,7 @@ fn collect(pid: i32, hz: u32, secs: f64, method: Option<Method>) -> (Vec<Profile
         out_dir: std::env::temp_dir(),
         duration: Some(Duration::from_secs_f64(secs)),
         method,
+        timeline: false,
     };
     let stop = AtomicBool::new(false);
     let mut out = Vec::new();
@@ -124,6 +125,7 @@ fn attribution(name: &str) {
         out_dir: std::env::temp_dir(),
         duration: None,
         method: None,
+        timeline: false,
     };
     let stop = AtomicBool::new(false);
     let started = std::time::Instant::now();

@@ -60,6 +60,9 @@ pub struct Config {
     pub continue_after_fork: bool,
     /// Symbolize with DWARF (file, line, inlined frames); see `osprey_pprof::ProfileData::lines`.
     pub lines: bool,
+    /// Delivery to Datadog / Pyroscope / OTLP (and whether files are
+    /// written), see `osprey_upload::config`. None: files in `out_dir` only.
+    pub upload: Option<osprey_upload::UploadConfig>,
 }
 
 impl Default for Config {
@@ -78,6 +81,7 @@ impl Default for Config {
             prime_signal: None,
             continue_after_fork: true,
             lines: false,
+            upload: None,
         }
     }
 }
@@ -145,6 +149,20 @@ impl Config {
         }
         if let Some(v) = get("OSPREY_LINES") {
             c.lines = parse_bool("OSPREY_LINES", &v)?;
+        }
+        // Delivery: a backend named (`osprey exec --datadog` ...), or files switched off.
+        if ["OSPREY_DATADOG", "OSPREY_PYROSCOPE", "OSPREY_OTLP", "OSPREY_FILES"].iter().any(|k| get(k).is_some()) {
+            let exe = std::env::current_exe().ok();
+            let program = exe.as_deref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
+            let up =
+                osprey_upload::UploadConfig::resolve(&Default::default(), program.as_deref().unwrap_or(""), &|k| {
+                    get(k)
+                })
+                .map_err(|e| Error::config("delivery", e.0))?;
+            if let Some(dir) = &up.out {
+                c.out_dir = dir.clone();
+            }
+            c.upload = Some(up);
         }
         c.validate().map_err(|e| match e {
             Error::Config { field, reason } => {

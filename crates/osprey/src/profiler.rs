@@ -71,6 +71,17 @@ impl Builder {
         self.cfg.memory_budget = bytes;
         self
     }
+    /// Also sends each period's profile to the backends of `upload`
+    /// (Datadog, Pyroscope, OTLP), from threads of its own; files are then
+    /// written only if `upload.out` is set. See `osprey_upload::UploadConfig`
+    /// (`resolve` from flags and the environment, or build one directly).
+    pub fn upload(mut self, upload: osprey_upload::UploadConfig) -> Self {
+        if let Some(dir) = &upload.out {
+            self.cfg.out_dir = dir.clone();
+        }
+        self.cfg.upload = Some(upload);
+        self
+    }
     /// Starts sampling every thread of the process.
     pub fn start(self) -> Result<Profiler, Error> {
         start(self.cfg)
@@ -219,7 +230,9 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
     if current_agent().is_some() {
         return Err(Error::AlreadyRunning);
     }
-    check_writable(&cfg.out_dir)?;
+    if cfg.upload.as_ref().is_none_or(|u| u.out.is_some()) {
+        check_writable(&cfg.out_dir)?;
+    }
     let reg = Registry::get_or_init(RegistryConfig { capacity: cfg.threads, growable: cfg.threads_grow })
         .map_err(|e| Error::io("cannot map the thread registry", e))?;
     let storage = storage_for(&cfg, reg)?;

@@ -15,6 +15,7 @@ use crate::discovery::Discovery;
 use crate::dispositions::Installed;
 use crate::record::RING_CAPACITY;
 use crate::registry::Registry;
+use crate::signal::sys;
 use crate::storage::CallTraceStorage;
 use crate::{threads, unwind_tables};
 use osprey_pprof as pprof;
@@ -76,6 +77,11 @@ fn run(agent: &'static Agent) {
     // subshells) do not pay for compiling every module's tables again.
     let mut tables = agent.tracker.lock().unwrap_or_else(|e| e.into_inner()).take();
     let born = Instant::now();
+    // Uploads (if configured) run on threads of their own; see osprey_upload.
+    let mut delivery = cfg.upload.clone().map(|up| {
+        let meta = osprey_upload::Meta::new(agent.runtime_id.clone(), sys::getpid(), osprey_upload::Language::Native);
+        osprey_upload::Delivery::new(up, meta, cfg.period)
+    });
     let (lock, cv) = &*agent.control;
     let now = Instant::now();
     let drain_interval = drain_interval(cfg);
@@ -106,7 +112,7 @@ fn run(agent: &'static Agent) {
         }
         if flush_now || now >= next_flush {
             aggregator.add_unsampled(discovery.take_unsampled());
-            let file = write(agent, &mut aggregator, reg, storage);
+            let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref());
             let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
             g.flush_requested = false;
             g.last_file = file.clone();
@@ -123,12 +129,15 @@ fn run(agent: &'static Agent) {
     // Final flush: sampling is already off and no handler is in flight (see `profiler::stop`).
     discovery.check_now(reg);
     aggregator.add_unsampled(discovery.take_unsampled());
-    let file = write(agent, &mut aggregator, reg, storage);
+    let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref());
     if let Some(t) = tables {
         unwind_tables::park(t);
     }
-    let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-    g.files.extend(file);
+    lock.lock().unwrap_or_else(|e| e.into_inner()).files.extend(file);
+    // Bounded: at most the configured exit wait, whatever the backends do.
+    if let Some(d) = delivery.as_mut() {
+        d.finish();
+    }
 }
 
 /// How long a forked child's collector runs on its parent's unwind tables
@@ -143,7 +152,13 @@ fn drain_interval(cfg: &Config) -> std::time::Duration {
     cfg.drain_interval.min(half_ring).max(std::time::Duration::from_millis(1))
 }
 
-fn write(agent: &Agent, aggregator: &mut Aggregator, reg: &Registry, storage: &CallTraceStorage) -> Option<PathBuf> {
+fn write(
+    agent: &Agent,
+    aggregator: &mut Aggregator,
+    reg: &Registry,
+    storage: &CallTraceStorage,
+    delivery: Option<&osprey_upload::Delivery>,
+) -> Option<PathBuf> {
     let mut comments = vec![format!("runtime-id={}", agent.runtime_id)];
     comments.push(format!("osprey {} hz={}", env!("CARGO_PKG_VERSION"), agent.cfg.hz));
     let mut data = aggregator.flush(reg, storage, agent.cfg.period_ns(), comments);
@@ -151,8 +166,12 @@ fn write(agent: &Agent, aggregator: &mut Aggregator, reg: &Registry, storage: &C
     if data.samples.is_empty() {
         return None;
     }
-    match pprof::write_profile(&agent.cfg.out_dir, &data) {
-        Ok(p) => Some(p),
+    let written = match delivery {
+        Some(d) => d.flush(&data),
+        None => pprof::write_profile(&agent.cfg.out_dir, &data).map(Some),
+    };
+    match written {
+        Ok(p) => p,
         Err(e) => {
             eprintln!("osprey: cannot write profile to {}: {e}", agent.cfg.out_dir.display());
             None

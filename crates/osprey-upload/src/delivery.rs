@@ -1,0 +1,86 @@
+//! [`Delivery`]: what a profiler does with each period's profile, in one
+//! call: symbolize and encode once, write the local file (when configured),
+//! queue the upload (when a backend is named), with the runtime id and the
+//! previous periods' upload losses in the profile's comments.
+//!
+//! The agent's flush calls [`Delivery::flush`] where it wrote files, and its
+//! shutdown calls [`Delivery::finish`] after the last flush. A forked child
+//! makes a new one (upload threads do not survive `fork`, and the child has
+//! its own runtime id).
+
+use crate::{BackendStats, ConfigError, Language, Meta, UploadConfig, Uploader};
+use osprey_pprof::ProfileData;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Files and uploads of one profiled process.
+pub struct Delivery {
+    /// The configuration it runs with.
+    pub cfg: UploadConfig,
+    /// The process's runtime id.
+    pub runtime_id: String,
+    uploader: Option<Uploader>,
+}
+
+impl Delivery {
+    /// Starts the upload threads if `cfg` names a backend. `period`: the
+    /// profiling period (failures are logged at most once per period).
+    pub fn new(cfg: UploadConfig, meta: Meta, period: Duration) -> Delivery {
+        let uploader = cfg.uploads().then(|| Uploader::start(cfg.clone(), meta.clone(), period));
+        Delivery { cfg, runtime_id: meta.runtime_id, uploader }
+    }
+
+    /// [`UploadConfig::from_env`] (the preloaded agent), for this process.
+    pub fn from_env(
+        program: &str,
+        runtime_id: &str,
+        language: Language,
+        period: Duration,
+    ) -> Result<Delivery, ConfigError> {
+        let cfg = UploadConfig::from_env(program)?;
+        let meta = Meta::new(runtime_id, std::process::id() as i32, language);
+        Ok(Delivery::new(cfg, meta, period))
+    }
+
+    /// Symbolizes and encodes `data` once; writes it into the output
+    /// directory if there is one (returning the file), and queues it for
+    /// the backends (never blocking). `runtime-id=...` and the upload
+    /// losses since the last flush are added to its comments unless a
+    /// `runtime-id=` comment is there already.
+    pub fn flush(&self, data: &ProfileData) -> std::io::Result<Option<PathBuf>> {
+        let mut profile = osprey_pprof::to_pprof(data);
+        let mut comments = Vec::new();
+        if !data.comments.iter().any(|c| c.starts_with("runtime-id=")) {
+            comments.push(format!("runtime-id={}", self.runtime_id));
+        }
+        if let Some(u) = &self.uploader {
+            comments.extend(u.take_comments());
+        }
+        crate::add_comments(&mut profile, &comments);
+        let bytes = prost::Message::encode_to_vec(&profile);
+        let written = match &self.cfg.out {
+            Some(dir) => Some(osprey_pprof::file::publish(dir, data.pid, &bytes)?),
+            None => None,
+        };
+        if let Some(u) = &self.uploader {
+            u.submit(bytes, data.start_realtime_ns, data.start_realtime_ns + data.duration_ns);
+        }
+        Ok(written)
+    }
+
+    /// Is a backend named?
+    pub fn uploads(&self) -> bool {
+        self.uploader.is_some()
+    }
+
+    /// The uploader's counters (empty without a backend).
+    pub fn stats(&self) -> Vec<BackendStats> {
+        self.uploader.as_ref().map(Uploader::stats).unwrap_or_default()
+    }
+
+    /// Sends what is queued, waiting at most the configured exit wait.
+    pub fn finish(&mut self) -> Vec<BackendStats> {
+        let wait = self.cfg.exit_wait;
+        self.uploader.as_mut().map(|u| u.shutdown(wait)).unwrap_or_default()
+    }
+}

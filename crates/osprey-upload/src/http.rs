@@ -1,0 +1,91 @@
+//! One POST: ureq with rustls (no system OpenSSL). Proxies come from the
+//! environment as ureq reads it: `ALL_PROXY`, `HTTPS_PROXY`, `HTTP_PROXY`
+//! (and lower-case), minus the hosts in `NO_PROXY`.
+
+use std::time::Duration;
+
+/// A request ready to send.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Full URL, query included.
+    pub url: String,
+    /// `Content-Type`.
+    pub content_type: String,
+    /// Extra headers.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// What came of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx.
+    Delivered(u16),
+    /// Connection error, timeout, 5xx, 429, 408: try again (after the
+    /// server's `Retry-After` when it gave one).
+    Retry {
+        /// What went wrong.
+        why: String,
+        /// The server's `Retry-After`.
+        after: Option<Duration>,
+    },
+    /// Any other 4xx (or 3xx): not retried.
+    Rejected(String),
+}
+
+/// An HTTP agent: statuses are answers, not errors; proxies from the environment.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .user_agent(concat!("osprey/", env!("CARGO_PKG_VERSION")))
+        .max_idle_connections_per_host(2)
+        .build()
+        .new_agent()
+}
+
+/// POSTs `req`, giving up after `timeout` in all.
+pub fn post(agent: &ureq::Agent, req: &Request, timeout: Duration) -> Outcome {
+    let mut r =
+        agent.post(&req.url).config().timeout_global(Some(timeout)).build().header("Content-Type", &req.content_type);
+    for (k, v) in &req.headers {
+        r = r.header(k.as_str(), v.as_str());
+    }
+    match r.send(&req.body[..]) {
+        Ok(mut resp) => {
+            let status = resp.status().as_u16();
+            if (200..300).contains(&status) {
+                return Outcome::Delivered(status);
+            }
+            let after = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(|s| Duration::from_secs_f64(s.min(3600.0)));
+            let mut text = resp.body_mut().with_config().limit(4096).read_to_string().unwrap_or_default();
+            text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            if text.len() > 200 {
+                let mut end = 200;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push('…');
+            }
+            let reason = resp.status().canonical_reason().unwrap_or("");
+            let what = if text.is_empty() {
+                format!("HTTP {status} {reason}")
+            } else {
+                format!("HTTP {status} {reason}: {text}")
+            };
+            if status == 429 || status == 408 || status >= 500 {
+                Outcome::Retry { why: what, after }
+            } else {
+                Outcome::Rejected(what)
+            }
+        }
+        Err(e) => Outcome::Retry { why: e.to_string(), after: None },
+    }
+}
