@@ -69,7 +69,7 @@ pub fn process_cpu_ns(pid: i32) -> Option<i64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: writes into `ts`.
     let r = unsafe { libc::clock_gettime(clock, &mut ts) };
-    (r == 0).then(|| ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64)
+    (r == 0).then(|| ts.tv_sec * 1_000_000_000 + ts.tv_nsec)
 }
 
 /// The process is gone (exited, or became a zombie).
@@ -95,7 +95,7 @@ impl Sampler {
         if let Some(m) = method {
             let ok = match m {
                 Method::Tls => target.tls.is_some(),
-                Method::Tss => target.pthread.is_some(),
+                Method::Tss => target.pthread.is_some() || target.gilstate_tls.is_some(),
                 Method::Lists | Method::Cache => true,
             };
             if !ok {

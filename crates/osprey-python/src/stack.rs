@@ -15,7 +15,7 @@ const MAX_DEPTH: usize = 512;
 /// Reads a `str` object.
 pub fn read_unicode(mem: &Mem, l: &Layout, addr: u64) -> io::Result<String> {
     let hdr = mem.read_vec(addr, l.unicode_compact_size as usize)?;
-    let len = rd_u64(&hdr, 16) as usize;
+    let len = rd_u64(&hdr, l.unicode_length as usize) as usize;
     let state = rd_u32(&hdr, l.unicode_state as usize);
     let kind = (state >> 2) & 7;
     let compact = (state >> 5) & 1 == 1;
@@ -40,7 +40,7 @@ pub fn read_unicode(mem: &Mem, l: &Layout, addr: u64) -> io::Result<String> {
 
 /// Reads a `bytes` object's content.
 pub fn read_bytes_obj(mem: &Mem, l: &Layout, addr: u64) -> io::Result<Vec<u8>> {
-    let size = mem.u64(addr + 16)? as usize;
+    let size = mem.u64(addr + l.bytes_size)? as usize;
     if size > 1 << 20 {
         return Err(io::Error::other("bytes too large"));
     }
@@ -217,7 +217,7 @@ impl CodeCache {
         let l = &t.layout;
         let b = t.mem.read_vec(code, l.code_size_to_read)?;
         if let Some(ty) = t.code_type {
-            if rd_u64(&b, 8) != ty {
+            if rd_u64(&b, l.object_type as usize) != ty {
                 return Ok(None); // not a code object (3.13 shims), or torn
             }
         }
@@ -275,15 +275,17 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<(Vec<Fram
             return Err(FrameErr::Torn);
         }
         let b = t.mem.read_vec(f, l.frame_size_to_read)?;
-        let code = rd_u64(&b, l.frame_code as usize);
+        let code_raw = rd_u64(&b, l.frame_code as usize);
+        // 3.14+: `f_executable` is a stack reference, its low bits a tag.
+        let code = code_raw & !7;
         let prev = rd_u64(&b, l.frame_previous as usize);
         let instr_raw = rd_u64(&b, l.frame_instr as usize);
         if depth == 1 {
-            leaf_code = code;
+            leaf_code = code_raw;
         }
         let owner = l.frame_owner.map(|o| b[o as usize]);
         f = prev;
-        if l.minor >= 12 && owner == Some(FRAME_OWNED_BY_CSTACK) {
+        if l.minor >= 12 && owner.is_some_and(|o| o >= FRAME_OWNED_BY_CSTACK) {
             continue;
         }
         if code == 0 {

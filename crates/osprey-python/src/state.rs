@@ -65,9 +65,8 @@ impl ProcFiles {
     }
 
     pub fn kernel(&mut self, pid: i32, tid: i32) -> io::Result<KernelThread> {
-        if !self.stat.contains_key(&tid) {
-            let f = File::open(format!("/proc/{pid}/task/{tid}/stat"))?;
-            self.stat.insert(tid, f);
+        if let std::collections::hash_map::Entry::Vacant(e) = self.stat.entry(tid) {
+            e.insert(File::open(format!("/proc/{pid}/task/{tid}/stat"))?);
         }
         let f = &self.stat[&tid];
         let n = Self::pread(f, &mut self.buf)?;
@@ -119,10 +118,8 @@ pub fn classify(holds_gil: bool, kstate: char, sys: Sys, gil_ranges: &[(u64, u64
         return "native";
     }
     if let Sys::In(nr, a1) = sys {
-        if nr == SYS_FUTEX {
-            if gil_ranges.iter().any(|&(lo, hi)| a1 >= lo && a1 < hi) {
-                return "waiting for gil";
-            }
+        if nr == SYS_FUTEX && gil_ranges.iter().any(|&(lo, hi)| a1 >= lo && a1 < hi) {
+            return "waiting for gil";
         }
         if kstate != 'D' && SLEEP_SYSCALLS.contains(&nr) {
             return "sleeping";

@@ -2,6 +2,8 @@
 //! Each interpreter gets: every applicable discovery method agrees with the
 //! thread lists; a 50/30/20 CPU split is attributed within 3 points; a
 //! thread in time.sleep and one in zlib.compress have the right states.
+//! The forky interpreters run in a chroot (their files only visible through
+//! /proc/PID/root), one of them in a PID namespace too.
 //! Workloads take CPU slots (see `common::slots`): at most 2 run at once,
 //! and the attribution measurement runs alone.
 
@@ -48,9 +50,9 @@ fn label<'a>(s: &'a osprey_pprof::Sample, key: &str) -> Option<&'a LabelValue> {
 }
 
 fn methods_agree(name: &str) {
-    let Some(py) = common::interpreter(name) else { return };
+    let Some(py) = common::python(name) else { return };
     let _slot = common::slots(1);
-    let w = common::start(&py, &["threads"]);
+    let w = py.start(&["threads"]);
     let t = open_target(w.pid()).unwrap_or_else(|e| panic!("{e}"));
     let minor = t.version.minor;
     let mut d = Discovery::default();
@@ -107,10 +109,11 @@ const CPU_GOAL: f64 = 4e9;
 const WALL_LIMIT: Duration = Duration::from_secs(25);
 
 fn attribution(name: &str) {
-    let Some(py) = common::interpreter(name) else { return };
+    let Some(py) = common::python(name) else { return };
     let _slots = common::slots(common::SLOTS);
-    let truth_file = std::env::temp_dir().join(format!("osprey-py-truth-{}-{name}", std::process::id()));
-    let w = common::start(&py, &["split", truth_file.to_str().unwrap()]);
+    let truth_inner = py.scratch("truth");
+    let truth_file = py.host_path(&truth_inner);
+    let w = py.start(&["split", &truth_inner]);
     let read_truth = || -> [f64; 3] {
         let s = std::fs::read_to_string(&truth_file).unwrap_or_default();
         let v: Vec<f64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
@@ -164,8 +167,10 @@ fn attribution(name: &str) {
         "{name}: sampled f50 {a:.1}% f30 {b:.1}% f20 {c:.1}% | measured {:.1}/{:.1}/{:.1} | max error {max_err:.2} points | {nsamples} samples in {:.1} s, passes {}/{} requested, torn {} retries {}",
         truth[0], truth[1], truth[2], started.elapsed().as_secs_f64(), summary.passes_done, summary.passes_requested, summary.torn, summary.retries
     );
+    // A sanity check of the workload, not of osprey: f50's sums outgrow
+    // small ints, which costs more on some versions (3.15: 54/29/17).
     for (i, want) in [50.0, 30.0, 20.0].iter().enumerate() {
-        assert!((truth[i] - want).abs() <= 3.0, "{name}: workload's own split {truth:?} is off 50/30/20");
+        assert!((truth[i] - want).abs() <= 6.0, "{name}: workload's own split {truth:?} is off 50/30/20");
     }
     assert!(max_err <= 3.0, "{name}: attribution error {max_err:.2} points (sampled {a:.1}/{b:.1}/{c:.1}, measured {truth:?})");
     // Lines are real: f50 is lines 12-16 of workload.py.
@@ -182,9 +187,9 @@ fn attribution(name: &str) {
 }
 
 fn states(name: &str) {
-    let Some(py) = common::interpreter(name) else { return };
+    let Some(py) = common::python(name) else { return };
     let _slot = common::slots(1);
-    let w = common::start(&py, &["states"]);
+    let w = py.start(&["states"]);
     let (profiles, _) = collect(w.pid(), 200, 2.0, None);
     let mut by: HashMap<(&str, String), i64> = HashMap::new();
     for p in &profiles {
@@ -235,4 +240,8 @@ per_interpreter! {
     py312 => "3.12",
     py313 => "3.13",
     debian311 => "debian-3.11",
+    forky313 => "forky-3.13",
+    forky314 => "forky-3.14",
+    forky315 => "forky-3.15",
+    forky314_pidns => "forky-3.14-pidns",
 }
