@@ -71,8 +71,9 @@ pub struct Layout {
     /// `length` in `PyASCIIObject`.
     pub unicode_length: u64,
     /// `gc.collecting` (an int, non-zero during a collection) relative to the
-    /// interpreter (3.13+).
+    /// interpreter (3.9+), or to `_PyRuntime` (3.8).
     pub interp_gc_collecting: Option<u64>,
+    pub runtime_gc_collecting: Option<u64>,
     /// `holds_gil` (an int) in the thread state (3.15+).
     pub tstate_holds_gil: Option<u64>,
 }
@@ -126,6 +127,7 @@ impl Layout {
             bytes_size: 16,
             unicode_length: 16,
             interp_gc_collecting: None,
+            runtime_gc_collecting: None,
             tstate_holds_gil: None,
         }
     }
@@ -152,10 +154,16 @@ impl Layout {
                 l.code_firstlineno = 40;
                 l.code_linetable = 120;
                 l.line_table = if minor == 10 { LineTable::Linetable310 } else { LineTable::Lnotab };
+                if minor == 8 {
+                    l.runtime_gc_collecting = Some(544);
+                } else {
+                    l.interp_gc_collecting = Some(816);
+                }
             }
             11 => {
                 l.runtime_interpreters_head = 40;
                 l.runtime_autotsskey = 592;
+                l.interp_gc_collecting = Some(848);
                 l.runtime_gil = Some(360);
                 l.interp_tstate_head = 16;
                 l.tstate_thread_id = 152;
@@ -176,6 +184,7 @@ impl Layout {
             12 => {
                 l.runtime_interpreters_head = 40;
                 l.runtime_autotsskey = 1544;
+                l.interp_gc_collecting = Some(312);
                 l.interp_gil_ptr = Some(384);
                 l.interp_tstate_head = 72;
                 l.tstate_thread_id = 136;
