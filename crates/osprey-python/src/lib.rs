@@ -11,6 +11,7 @@ pub mod aggregate;
 pub mod cpuclock;
 pub mod debug_offsets;
 pub mod decode;
+pub mod gc;
 pub mod layout;
 pub mod namespace;
 pub mod process;

@@ -205,6 +205,7 @@ impl Sampler {
         let now = Instant::now();
         let cpu_now = process_cpu_ns(self.target.pid);
         let gils = self.gils();
+        let collecting = crate::gc::collecting(&self.target);
         let ranges: Vec<(u64, u64)> = gils.iter().map(|g| g.0).collect();
         let pid = self.target.pid;
         let mut out = Vec::with_capacity(self.tids.len());
@@ -231,7 +232,7 @@ impl Sampler {
             let before = clock.as_ref().and_then(|c| c.read().ok());
             let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries);
             let after = clock.as_ref().and_then(|c| c.read().ok());
-            let frames = match read {
+            let mut frames = match read {
                 Ok(StackRead::Ok(f)) => f,
                 Ok(StackRead::Torn) => {
                     self.stats.torn += 1;
@@ -245,6 +246,9 @@ impl Sampler {
                 }
             };
             let holds = gils.iter().any(|g| g.1 && g.2 == tstate);
+            if holds && collecting.as_ref().is_some_and(|c| crate::gc::in_collection(&self.target, tstate, c)) {
+                frames.insert(0, Frame::Synthetic(crate::gc::GC_FRAME.into()));
+            }
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
             let state = classify(holds, k.state, sys, &ranges);
             // On a CPU during the stack read: its exact clock moved. Without

@@ -297,6 +297,9 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<(Vec<Fram
             }
             return Err(FrameErr::Torn);
         };
+        if t.is_shim_code(code, &e.name, &e.file) {
+            continue;
+        }
         let addr: i64 = match l.instr_kind {
             InstrKind::LastiBytes => (instr_raw as u32 as i32) as i64,
             InstrKind::LastiUnits => (instr_raw as u32 as i32) as i64 * 2,

@@ -56,6 +56,7 @@ const WANTED: &[&str] = &[
     "interp_head",
     "Py_BytesMain",
     "PyGILState_GetThisThreadState",
+    "_Py_InitCleanup",
 ];
 
 pub struct Target {
@@ -74,6 +75,9 @@ pub struct Target {
     /// (`_Py_tss_gilstate`, read by `PyGILState_GetThisThreadState`), not a
     /// pthread key: set every thread's whole life, GIL or not.
     pub gilstate_tls: Option<TlsAccess>,
+    /// The shim code object 3.13+ runs after a class's `__init__`
+    /// (`_Py_InitCleanup`; exported from 3.14).
+    pub init_cleanup: Option<u64>,
     /// The layout came from the interpreter's `_Py_DebugOffsets` (3.13+).
     pub debug_offsets: bool,
     /// Things the user should know, one line each (e.g. an interpreter
@@ -248,6 +252,14 @@ fn decode_autotsskey(mem: &Mem, module: &Module, runtime: u64, runtime_size: u64
 }
 
 impl Target {
+    /// Is the code object at `code` (named `name`, from `file`) one of the
+    /// interpreter's own shims rather than Python code? `_Py_InitCleanup`,
+    /// by address when exported, else by its name and file (both
+    /// `__init__`, which no Python file is).
+    pub fn is_shim_code(&self, code: u64, name: &str, file: &str) -> bool {
+        Some(code) == self.init_cleanup || (self.layout.minor >= 13 && name == "__init__" && file == "__init__")
+    }
+
     pub fn open(pid: i32) -> Result<Target, Error> {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             return Err(Error::NoProcess(pid));
@@ -289,6 +301,7 @@ impl Target {
             Err(e) => (None, Some(e)),
         };
         let code_type = module.sym("PyCode_Type");
+        let init_cleanup = module.sym("_Py_InitCleanup");
         let other_pid_ns = !namespace::same_pid_ns(pid);
         let t = Target {
             pid,
@@ -303,6 +316,7 @@ impl Target {
             pthread,
             pthread_error,
             gilstate_tls,
+            init_cleanup,
             debug_offsets,
             notes,
             other_pid_ns,

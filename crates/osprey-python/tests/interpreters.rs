@@ -222,12 +222,43 @@ fn states(name: &str) {
     assert!(nz > 50 && nat >= 0.6, "{name}: compressor 'native' {nat:.2} of {nz}");
 }
 
+/// Time in the cyclic GC is a `[gc]` frame on top of the Python frame that
+/// triggered it (an allocation in `make_cycles`, or `gc.collect()` in
+/// `garbage`), and nowhere else.
+fn gc_frame(name: &str) {
+    let Some(py) = common::python(name) else { return };
+    let _slot = common::slots(1);
+    let w = py.start(&["garbage"]);
+    let (profiles, _) = collect(w.pid(), 200, 2.0, None);
+    let (mut gc, mut total) = (0, 0);
+    for s in profiles.iter().flat_map(|p| p.samples.iter()) {
+        total += s.values[0];
+        // The interpreter's own shim after `__init__` (3.13+) is not a Python frame.
+        assert!(!s.frames.iter().any(|f| matches!(f, Frame::Function { file, .. } if file == "__init__")), "{:?}", s.frames);
+        for (i, f) in s.frames.iter().enumerate() {
+            if matches!(f, Frame::Synthetic(n) if n == "[gc]") {
+                assert_eq!(i, 0, "{name}: [gc] not on top: {:?}", s.frames);
+                let caller = func_names(&s.frames[1..]);
+                assert!(
+                    matches!(caller.first(), Some(&"make_cycles") | Some(&"garbage") | Some(&"__init__") | Some(&"Node.__init__")),
+                    "{name}: [gc] above {:?}", s.frames
+                );
+                gc += s.values[0];
+            }
+        }
+    }
+    let share = gc as f64 / total.max(1) as f64;
+    eprintln!("{name}: [gc] in {gc} of {total} samples ({:.0}%)", 100.0 * share);
+    assert!(total > 100 && share > 0.1 && share < 0.95, "{name}: [gc] in {gc} of {total} samples");
+}
+
 macro_rules! per_interpreter {
     ($($m:ident => $name:expr),* $(,)?) => {
         $(mod $m {
             #[test] fn methods_agree() { super::methods_agree($name) }
             #[test] fn attribution_50_30_20() { super::attribution($name) }
             #[test] fn states_sleep_and_zlib() { super::states($name) }
+            #[test] fn gc_frame() { super::gc_frame($name) }
         })*
     };
 }
