@@ -7,9 +7,13 @@ use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
 
 use crate::{Sampler, ThreadSample};
 
+/// A stack and its labels.
+type Key = (Vec<Frame>, Vec<Label>);
+
 /// Samples aggregated by (stack, labels) until [`Aggregator::take`].
 ///
-/// Values per key: `[samples, cpu ns, wall ns]`. Invariants, per window:
+/// Values per key: `[samples, cpu ns, gil-wait ns, wall ns]` (wall last:
+/// the default of pprof readers). Invariants, per window:
 /// a thread with an exact clock ([`ThreadSample::thread_cpu`]) and a raw
 /// charge ([`ThreadSample::cpu_ns`]) has `cpu` values adding up (to rounding)
 /// to its clock's advance, in proportion to the raw charges; the samples of
@@ -25,7 +29,7 @@ pub struct Aggregator {
     cpu_start: Option<i64>,
     cpu_last: Option<i64>,
     /// Values, and the thread id, per (stack, labels).
-    map: HashMap<(Vec<Frame>, Vec<Label>), ([i64; 3], i32)>,
+    map: HashMap<Key, ([i64; 4], i32)>,
     threads: HashMap<i32, ThreadWindow>,
 }
 
@@ -73,10 +77,11 @@ impl Aggregator {
                 w.last = c.max(w.last);
                 w.raw += s.cpu_ns;
             }
-            let (v, _) = self.map.entry((s.frames.clone(), labels)).or_insert(([0; 3], s.tid));
+            let (v, _) = self.map.entry((s.frames.clone(), labels)).or_insert(([0; 4], s.tid));
             v[0] += 1;
             v[1] += s.cpu_ns;
-            v[2] += wall_ns;
+            v[2] += s.gil_wait_ns;
+            v[3] += wall_ns;
         }
     }
 
@@ -121,6 +126,7 @@ impl Aggregator {
             sample_types: vec![
                 ("samples".into(), "count".into()),
                 ("cpu".into(), "nanoseconds".into()),
+                ("gil-wait".into(), "nanoseconds".into()),
                 ("wall".into(), "nanoseconds".into()),
             ],
             period: ("wall".into(), "nanoseconds".into(), self.interval_ns),

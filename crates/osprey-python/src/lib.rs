@@ -12,6 +12,7 @@ pub mod cpuclock;
 pub mod debug_offsets;
 pub mod decode;
 pub mod gc;
+pub mod gilwait;
 pub mod layout;
 pub mod namespace;
 pub mod process;

@@ -28,6 +28,8 @@ pub struct ThreadSample {
     /// The thread's exact CPU time (ns, from its [`TaskClock`], counted
     /// from when the sampler first saw it), read after the stack.
     pub thread_cpu: Option<u64>,
+    /// Nanoseconds of GIL wait this sample accounts for (see [`crate::gilwait`]).
+    pub gil_wait_ns: i64,
 }
 
 #[derive(Default, Clone, Debug)]
@@ -60,6 +62,7 @@ pub struct Sampler {
     pub cpu_clock: Option<i64>,
     /// Nominal sampling interval (set by the caller; default 10 ms).
     pub interval_ns: i64,
+    gil_waits: crate::gilwait::GilWaits,
 }
 
 /// CPU time of the whole process (ns), from its process CPU clock
@@ -128,6 +131,7 @@ impl Sampler {
             last_pass: None,
             cpu_clock: None,
             interval_ns: 10_000_000,
+            gil_waits: Default::default(),
         })
     }
 
@@ -162,6 +166,7 @@ impl Sampler {
         self.disc.retain_threads(&tids);
         self.procs.retain(&tids);
         self.clocks.retain(|t, _| tids.contains(t));
+        self.gil_waits.retain(&tids);
         self.tids = tids;
         self.tids_at = Some(Instant::now());
         Ok(())
@@ -251,6 +256,7 @@ impl Sampler {
             }
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
             let state = classify(holds, k.state, sys, &ranges);
+            let gil_wait_ns = self.gil_waits.observe(tid, state == "waiting for gil", now);
             // On a CPU during the stack read: its exact clock moved. Without
             // one, runnable (which also counts preempted threads).
             let on_cpu = match (before, after) {
@@ -260,7 +266,7 @@ impl Sampler {
             };
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);
-            out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns: 0, tstate, frames, thread_cpu: after });
+            out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns: 0, tstate, frames, thread_cpu: after, gil_wait_ns });
         }
         // Each thread on CPU now is charged the wall time since the previous
         // pass (capped at twice the nominal interval, so a pass delayed by a

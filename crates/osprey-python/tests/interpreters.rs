@@ -252,6 +252,46 @@ fn gc_frame(name: &str) {
     assert!(total > 100 && share > 0.1 && share < 0.95, "{name}: [gc] in {gc} of {total} samples");
 }
 
+/// Three threads spinning in Python share one GIL: at any time up to two
+/// of them wait for it. Their `waiting for gil` samples carry the wait as
+/// time (the `gil-wait` value), about one interval per waiting sample;
+/// samples in other states carry none.
+fn gil_wait(name: &str) {
+    let Some(py) = common::python(name) else { return };
+    let _slot = common::slots(1);
+    let w = py.start(&["threads"]);
+    let secs = 2.0;
+    let (profiles, _) = collect(w.pid(), 200, secs, None);
+    let mut wait_ns = 0i64;
+    let (mut waiting, mut spinners) = (0, 0);
+    for p in &profiles {
+        assert_eq!(p.sample_types[2].0, "gil-wait");
+        for s in &p.samples {
+            let Some(LabelValue::Str(st)) = label(s, "state") else { panic!("no state") };
+            if st == "waiting for gil" {
+                // The sleeper and the main thread wait too, when they wake.
+                if func_names(&s.frames).contains(&"spinner") {
+                    spinners += s.values[0];
+                }
+                waiting += s.values[0];
+                wait_ns += s.values[2];
+            } else {
+                assert_eq!(s.values[2], 0, "{name}: GIL wait in state {st}");
+            }
+        }
+    }
+    let threads_waiting = wait_ns as f64 / (secs * 1e9);
+    eprintln!("{name}: {waiting} samples waiting for the GIL, {:.2} threads waiting on average", threads_waiting);
+    assert!(waiting > 100, "{name}: {waiting} samples waiting for the GIL");
+    assert!(spinners as f64 >= 0.8 * waiting as f64, "{name}: {spinners} of {waiting} waiting samples in spinners");
+    // Spinners not holding the GIL are also seen runnable (`native`) on a
+    // busy machine, so fewer than two wait on average; the wait time
+    // must still match the waiting samples (5 ms apart at 200 Hz).
+    assert!((0.5..=2.3).contains(&threads_waiting), "{name}: {threads_waiting:.2} threads waiting for the GIL on average");
+    let per_sample = wait_ns as f64 / waiting as f64 / 5e6;
+    assert!((0.65..=1.35).contains(&per_sample), "{name}: {per_sample:.2} intervals of GIL wait per waiting sample");
+}
+
 macro_rules! per_interpreter {
     ($($m:ident => $name:expr),* $(,)?) => {
         $(mod $m {
@@ -259,6 +299,7 @@ macro_rules! per_interpreter {
             #[test] fn attribution_50_30_20() { super::attribution($name) }
             #[test] fn states_sleep_and_zlib() { super::states($name) }
             #[test] fn gc_frame() { super::gc_frame($name) }
+            #[test] fn gil_wait() { super::gil_wait($name) }
         })*
     };
 }

@@ -144,7 +144,7 @@ fn debug_offsets_schemas_match_headers() {
         for f in schema {
             c += &format!("    printf(\"%s %zu\\n\", \"{f}\", offsetof(_Py_DebugOffsets, {f}));\n");
         }
-        c += &format!("    printf(\"sizeof %zu\\n\", sizeof(_Py_DebugOffsets));\n    return 0;\n}}\n");
+        c += "    printf(\"sizeof %zu\\n\", sizeof(_Py_DebugOffsets));\n    return 0;\n}\n";
         let src = std::env::temp_dir().join(format!("osprey-py-schema-{}-{minor}.c", std::process::id()));
         std::fs::write(&src, c).unwrap();
         let got = compile_and_run(&src, &include_dir(&py, minor), &py, &format!("schema{minor}"));
