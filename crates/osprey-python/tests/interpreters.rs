@@ -173,7 +173,7 @@ fn attribution(name: &str) {
         assert!((truth[i] - want).abs() <= 6.0, "{name}: workload's own split {truth:?} is off 50/30/20");
     }
     assert!(max_err <= 3.0, "{name}: attribution error {max_err:.2} points (sampled {a:.1}/{b:.1}/{c:.1}, measured {truth:?})");
-    // Lines are real: f50 is lines 12-16 of workload.py.
+    // Lines are real: f50 is lines 13-17 of workload.py.
     let lines: Vec<i64> = profiles
         .iter()
         .flat_map(|p| p.samples.iter())
@@ -183,7 +183,7 @@ fn attribution(name: &str) {
             _ => None,
         })
         .collect();
-    assert!(lines.iter().all(|l| (12..=16).contains(l)), "{name}: f50 lines {lines:?}");
+    assert!(lines.iter().all(|l| (13..=17).contains(l)), "{name}: f50 lines {lines:?}");
 }
 
 fn states(name: &str) {
