@@ -274,3 +274,68 @@ fn process_exits_mid_sampling() {
     assert_eq!(flushed.len(), 1, "one final flush");
     assert!(flushed[0] > 0);
 }
+
+/// Overwrites the 8-byte word at `addr` in the target's memory (through
+/// /proc/PID/mem, which also writes read-only pages for a tracer).
+fn poke(pid: i32, addr: u64, value: u64) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(format!("/proc/{pid}/mem")).unwrap();
+    f.seek(SeekFrom::Start(addr)).unwrap();
+    f.write_all(&value.to_le_bytes()).unwrap();
+}
+
+/// What a running 3.15 interpreter publishes, edited in its memory: a newer
+/// version is profiled after one line saying so; garbage offsets and a
+/// free-threaded flag are refused with one line each.
+#[test]
+fn edited_debug_offsets() {
+    let Some(py) = common::python("forky-3.15") else { return };
+    let (schema, _) = osprey_python::debug_offsets::schema(15).unwrap();
+    let field = |name: &str| 8 * schema.iter().position(|f| *f == name).unwrap() as u64;
+    let cases: &[(&str, &str, u64, Option<&str>)] = &[
+        ("newer", "version", 0x031000f0, None),
+        ("garbage", "thread_state.next", 1 << 40, Some("invalid _Py_DebugOffsets: thread_state.next")),
+        ("too small", "interpreter_frame.size", 8, Some("invalid _Py_DebugOffsets: sizeof interpreter_frame")),
+        ("free-threaded", "free_threaded", 1, Some("free-threaded build")),
+        ("wrong version", "version", 0x030e00f0, Some("claim version 3.14.0")),
+    ];
+    for &(what, name, value, refusal) in cases {
+        let w = py.start(&["states"]);
+        let t = open_target(w.pid()).unwrap();
+        assert!(t.notes.is_empty(), "{:?}", t.notes);
+        poke(w.pid(), t.runtime + field(name), value);
+        if what == "newer" {
+            // Py_Version too (read-only data), so both say 3.16.
+            poke(w.pid(), t.module.sym("Py_Version").unwrap(), 0x031000f0);
+        }
+        match (open_target(w.pid()), refusal) {
+            (Ok(t), None) => {
+                assert_eq!(t.version.minor, 16);
+                assert_eq!(t.notes.len(), 1, "{:?}", t.notes);
+                assert!(t.notes[0].contains("CPython 3.16.0 is newer than any osprey was tested with"), "{:?}", t.notes);
+                let (profiles, s) = sample(w.pid());
+                assert!(s.samples > 10 && !profiles.is_empty(), "{what}: {s:?}");
+            }
+            (Err(e @ Error::Unsupported(_)), Some(why)) => {
+                let msg = e.to_string();
+                eprintln!("{what}: {msg}");
+                assert!(msg.contains(why), "{what}: {msg}");
+                assert_eq!(msg.lines().count(), 1);
+            }
+            (Ok(_), Some(_)) => panic!("{what}: accepted"),
+            (Err(e), _) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+fn sample(pid: i32) -> (Vec<osprey_pprof::ProfileData>, osprey_python::Summary) {
+    let opts = Options { hz: 100, period: Duration::from_secs(60), duration: Some(Duration::from_secs(1)), ..Default::default() };
+    let stop = AtomicBool::new(false);
+    let mut out = Vec::new();
+    let s = attach_with_sink(pid, &opts, &stop, &mut |d| {
+        out.push(d.clone());
+        Ok(None)
+    })
+    .unwrap();
+    (out, s)
+}
