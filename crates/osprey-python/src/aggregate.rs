@@ -67,11 +67,14 @@ impl Aggregator {
             self.cpu_last = cpu_clock;
         }
         for s in samples {
-            let labels = vec![
+            let mut labels = vec![
                 Label { key: "thread id".into(), value: LabelValue::Num(s.tid as i64) },
                 Label { key: "thread name".into(), value: LabelValue::Str(s.name.clone()) },
                 Label { key: "state".into(), value: LabelValue::Str(s.state.to_string()) },
             ];
+            if let Some(t) = &s.task {
+                labels.push(Label { key: "task".into(), value: LabelValue::Str(t.clone()) });
+            }
             if let Some(c) = s.thread_cpu {
                 let w = self.threads.entry(s.tid).or_insert(ThreadWindow { start: c, last: c, raw: 0 });
                 w.last = c.max(w.last);

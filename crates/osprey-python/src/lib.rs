@@ -8,6 +8,7 @@
 //! export format.
 
 pub mod aggregate;
+pub mod asyncio;
 pub mod cpuclock;
 pub mod debug_offsets;
 pub mod decode;

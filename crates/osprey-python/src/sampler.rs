@@ -30,6 +30,8 @@ pub struct ThreadSample {
     pub thread_cpu: Option<u64>,
     /// Nanoseconds of GIL wait this sample accounts for (see [`crate::gilwait`]).
     pub gil_wait_ns: i64,
+    /// The asyncio task the thread runs (3.14+, see [`crate::asyncio`]).
+    pub task: Option<String>,
 }
 
 #[derive(Default, Clone, Debug)]
@@ -63,6 +65,7 @@ pub struct Sampler {
     /// Nominal sampling interval (set by the caller; default 10 ms).
     pub interval_ns: i64,
     gil_waits: crate::gilwait::GilWaits,
+    tasks: crate::asyncio::Tasks,
 }
 
 /// CPU time of the whole process (ns), from its process CPU clock
@@ -132,6 +135,7 @@ impl Sampler {
             cpu_clock: None,
             interval_ns: 10_000_000,
             gil_waits: Default::default(),
+            tasks: Default::default(),
         })
     }
 
@@ -257,6 +261,7 @@ impl Sampler {
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
             let state = classify(holds, k.state, sys, &ranges);
             let gil_wait_ns = self.gil_waits.observe(tid, state == "waiting for gil", now);
+            let task = self.tasks.running_task(&self.target, tstate);
             // On a CPU during the stack read: its exact clock moved. Without
             // one, runnable (which also counts preempted threads).
             let on_cpu = match (before, after) {
@@ -266,7 +271,7 @@ impl Sampler {
             };
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);
-            out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns: 0, tstate, frames, thread_cpu: after, gil_wait_ns });
+            out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns: 0, tstate, frames, thread_cpu: after, gil_wait_ns, task });
         }
         // Each thread on CPU now is charged the wall time since the previous
         // pass (capped at twice the nominal interval, so a pass delayed by a

@@ -57,6 +57,7 @@ const WANTED: &[&str] = &[
     "Py_BytesMain",
     "PyGILState_GetThisThreadState",
     "_Py_InitCleanup",
+    "PyLong_Type",
 ];
 
 pub struct Target {
@@ -78,6 +79,8 @@ pub struct Target {
     /// The shim code object 3.13+ runs after a class's `__init__`
     /// (`_Py_InitCleanup`; exported from 3.14).
     pub init_cleanup: Option<u64>,
+    /// `PyLong_Type` (asyncio task names may be ints).
+    pub long_type: Option<u64>,
     /// The layout came from the interpreter's `_Py_DebugOffsets` (3.13+).
     pub debug_offsets: bool,
     /// Things the user should know, one line each (e.g. an interpreter
@@ -302,6 +305,7 @@ impl Target {
         };
         let code_type = module.sym("PyCode_Type");
         let init_cleanup = module.sym("_Py_InitCleanup");
+        let long_type = module.sym("PyLong_Type");
         let other_pid_ns = !namespace::same_pid_ns(pid);
         let t = Target {
             pid,
@@ -317,6 +321,7 @@ impl Target {
             pthread_error,
             gilstate_tls,
             init_cleanup,
+            long_type,
             debug_offsets,
             notes,
             other_pid_ns,

@@ -292,6 +292,39 @@ fn gil_wait(name: &str) {
     assert!((0.65..=1.35).contains(&per_sample), "{name}: {per_sample:.2} intervals of GIL wait per waiting sample");
 }
 
+/// 3.14+: samples of a thread running an asyncio task carry the task's
+/// name (`task` label), its given name or asyncio's default `Task-N`.
+fn asyncio_tasks(name: &str) {
+    let Some(py) = common::python(name) else { return };
+    let _slot = common::slots(1);
+    let w = py.start(&["tasks"]);
+    let (profiles, _) = collect(w.pid(), 200, 2.0, None);
+    let mut by: HashMap<String, i64> = HashMap::new();
+    for s in profiles.iter().flat_map(|p| p.samples.iter()) {
+        let task = match label(s, "task") {
+            Some(LabelValue::Str(t)) => t.clone(),
+            _ => String::new(),
+        };
+        if func_names(&s.frames).contains(&"worker") {
+            assert!(!task.is_empty(), "{name}: a worker sample without its task: {:?}", s.frames);
+        }
+        *by.entry(task).or_default() += s.values[0];
+    }
+    eprintln!("{name}: {by:?}");
+    assert!(by.get("alpha").is_some_and(|n| *n > 50), "{name}: {by:?}");
+    assert!(by.keys().any(|k| k.starts_with("Task-") && by[k] > 50), "{name}: {by:?}");
+}
+
+#[test]
+fn asyncio_tasks_forky314() {
+    asyncio_tasks("forky-3.14")
+}
+
+#[test]
+fn asyncio_tasks_forky315() {
+    asyncio_tasks("forky-3.15")
+}
+
 macro_rules! per_interpreter {
     ($($m:ident => $name:expr),* $(,)?) => {
         $(mod $m {

@@ -68,7 +68,8 @@ impl Py {
             Some(_) => {
                 let inner = "/tmp/osprey-workload.py".to_string();
                 let host = self.host_path(&inner);
-                let tmp = host.with_extension(format!("{}", std::process::id()));
+                let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let tmp = host.with_extension(format!("{}-{seq}", std::process::id()));
                 std::fs::copy(workload_path(), &tmp).expect("copy workload into the chroot");
                 std::fs::rename(&tmp, &host).unwrap();
                 inner

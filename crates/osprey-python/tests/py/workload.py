@@ -95,6 +95,17 @@ def garbage():
         gc.collect()
 
 
+async def worker():
+    while True:
+        f20()
+        await asyncio.sleep(0)
+
+
+async def tasks():
+    import asyncio
+    await asyncio.gather(asyncio.create_task(worker(), name="alpha"), asyncio.create_task(worker()))
+
+
 def ready():
     print("ready", flush=True)
 
@@ -103,6 +114,7 @@ def ready():
 #   split [TRUTH_FILE]  50/30/20 forever, cumulative CPU per function in TRUTH_FILE
 #   states | threads    threads sleeping, compressing, spinning
 #   garbage             cyclic garbage and collections, forever
+#   tasks               two asyncio tasks spinning: "alpha" and an unnamed one
 #   short SECS          f20 for SECS
 #   exec SECS           50/30/20 for SECS beside a sleeper and a half-busy
 #                       compressor; prints "truth A B C" (ns) and exits 7
@@ -129,6 +141,10 @@ elif mode == "threads":
 elif mode == "garbage":
     ready()
     garbage()
+elif mode == "tasks":
+    import asyncio
+    ready()
+    asyncio.run(tasks())
 elif mode == "short":
     ready()
     t0 = time.time()
