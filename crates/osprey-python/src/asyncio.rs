@@ -54,6 +54,7 @@ impl Offsets {
 pub struct Tasks {
     offsets: Option<Offsets>,
     looked: Option<Instant>,
+    checked_interpreter: bool,
 }
 
 impl Tasks {
@@ -71,9 +72,12 @@ impl Tasks {
             .map(|m| m.path.as_str())
             .filter(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with("_asyncio")))
             .collect();
-        // Built into the interpreter itself in some builds.
-        paths.push(t.module.path.as_str());
-        paths.dedup();
+        // Built into the interpreter itself in some builds: its (large) file
+        // is looked at once.
+        if !self.checked_interpreter {
+            self.checked_interpreter = true;
+            paths.push(t.module.path.as_str());
+        }
         for p in paths {
             if let Ok(Some((addr, size))) = process::section_in(t.pid, &maps, p, ".AsyncioDebug") {
                 let b = t.mem.read_vec(addr, size.min(512) as usize).ok()?;
