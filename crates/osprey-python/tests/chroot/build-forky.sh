@@ -28,6 +28,8 @@ mirror=${mirror:-http://deb.debian.org/debian}
 
 start=$(date +%s)
 if [ ! -x "$dir/usr/bin/apt-get" ]; then
+    # An interrupted debootstrap may have left /proc and friends mounted there.
+    awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | xargs -r umount -l
     rm -rf "$dir"
     debootstrap --variant=minbase forky "$dir" "$mirror" /usr/share/debootstrap/scripts/sid >"$dir.log" 2>&1 \
         || { echo "build-forky: debootstrap failed, see $dir.log" >&2; exit 1; }
