@@ -15,7 +15,11 @@ fn main() -> ExitCode {
             false
         }
     };
-    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn run(root: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> bool {
@@ -56,7 +60,8 @@ fn demo(root: &Path) -> bool {
         return false;
     };
     let svg = out.join("flamegraph.svg");
-    let ok = run(root, o, &["report", newest.to_str().unwrap(), "--top", "10", "--flamegraph", svg.to_str().unwrap()], &[]);
+    let ok =
+        run(root, o, &["report", newest.to_str().unwrap(), "--top", "10", "--flamegraph", svg.to_str().unwrap()], &[]);
     println!("\nprofile:    {}\nflamegraph: {}", newest.display(), svg.display());
     ok
 }
@@ -67,15 +72,29 @@ fn profiles(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// The whole suite: build every artifact the tests drive (the preload agent,
-/// the CLI, the demo), run all tests with all features, then the loom model.
+/// The whole suite: formatting and lints, build every artifact the tests
+/// drive (the preload agent, the CLI, the demo), run all tests with all
+/// features, then the loom model.
 fn test(root: &Path) -> bool {
-    run(root, "cargo", &["build", "--workspace", "--all-features"], &[])
+    run(root, "cargo", &["fmt", "--all", "--check"], &[])
+        && run(
+            root,
+            "cargo",
+            &["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"],
+            &[],
+        )
+        && run(root, "cargo", &["build", "--workspace", "--all-features"], &[])
         && run(root, "cargo", &["test", "--workspace", "--all-features"], &[])
         && run(
             root,
             "cargo",
             &["test", "-p", "osprey", "--release", "--lib", "--target-dir", "target/loom", "loom"],
+            &[("RUSTFLAGS", "--cfg loom -C force-frame-pointers=yes")],
+        )
+        && run(
+            root,
+            "cargo",
+            &["test", "-p", "osprey-unwind", "--release", "--lib", "--target-dir", "target/loom", "loom"],
             &[("RUSTFLAGS", "--cfg loom -C force-frame-pointers=yes")],
         )
 }

@@ -1,25 +1,34 @@
 //! `osprey exec` and `osprey attach`.
 //!
-//! Native programs are `exec`'d in place with the agent preloaded, so their
-//! stdin/stdout/stderr, exit status and signals are theirs, untouched.
-//! CPython programs are started as a child and sampled from outside.
+//! `exec` starts the command as its child with the agent preloaded and stays
+//! its parent (see [`crate::supervise`]): whatever the command execs in its
+//! own pid (shims, `env`, shebangs, `sh -c 'exec ..'`) keeps the agent, which
+//! profiles native programs from inside and stays off in CPython, where this
+//! process samples from outside instead (see [`crate::tree`]). Staying the
+//! parent is what makes the Python sampler possible without knowing in
+//! advance where a chain of execs ends, and keeps it an ancestor, which
+//! `process_vm_readv` and ptrace permissions ask for.
 
-use crate::{Failure, Sampling};
+use crate::{hints, supervise, tree, Failure, Sampling};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const AGENT_LIB: &str = "libosprey_preload.so";
 
 pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure> {
+    let out_existed = s.out.exists();
     let cfg = check_sampling(s)?;
     let program = resolve(&cmd[0])?;
-    if osprey_python::is_cpython_executable(&program) {
-        return run_python(&program, cmd, s);
+    if let Some(why) = secure_exec(&program) {
+        return Err(Failure::usage(format!(
+            "{} is {why}: the loader ignores LD_PRELOAD for it, so it cannot be profiled",
+            cmd[0]
+        )));
     }
-    if is_static_elf(&program) {
+    if !osprey_python::is_cpython_executable(&program) && is_static_elf(&program) {
         return Err(Failure::usage(format!(
             "{} is statically linked: the agent cannot be preloaded into it (link osprey as a library instead)",
             cmd[0]
@@ -36,66 +45,84 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         .env("LD_PRELOAD", preload)
         .env("OSPREY_HZ", cfg.hz.to_string())
         .env("OSPREY_PERIOD", cfg.period.as_secs_f64().to_string())
-        .env("OSPREY_OUT", absolute(&cfg.out_dir));
+        .env("OSPREY_OUT", absolute(&cfg.out_dir))
+        .env("OSPREY_PYTHON_SAMPLER", "1")
+        .env_remove("OSPREY_ROOT_PID");
     if children {
         c.env("OSPREY_CHILDREN", "1");
+    } else {
+        c.env_remove("OSPREY_CHILDREN");
     }
     if s.lines {
         c.env("OSPREY_LINES", "1");
     }
-    let err = c.exec();
-    Err(Failure { message: format!("{}: {err}", cmd[0]), code: 126 })
+    let before = hints::profile_files(&cfg.out_dir);
+    supervise::block_relayed(&mut c);
+    let started = Instant::now();
+    let child = c.spawn().map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
+    let pid = child.id() as i32;
+    let mut tree = tree::Tree::new(pid, children, python_options(&cfg, None));
+    while !supervise::has_exited(pid) {
+        tree.scan();
+        supervise::relay(pid, Duration::from_millis(5));
+    }
+    let wall = started.elapsed();
+    let cpu = supervise::tree_cpu(pid);
+    let ended = supervise::reap(pid);
+    let finished = tree.finish();
+    if !s.quiet {
+        // Each distinct warning once, with the processes it concerns.
+        let mut warnings: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+        for f in &finished {
+            match &f.result {
+                Ok(summary) => summary.warnings.iter().for_each(|w| warnings.entry(w).or_default().push(f.pid)),
+                Err(e) if f.root => eprintln!("osprey: {}: {e}", cmd[0]),
+                Err(_) => {}
+            }
+        }
+        for (w, pids) in warnings {
+            let pids: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+            eprintln!("osprey: pid {}: {w}", pids.join(", "));
+        }
+    }
+    let written: Vec<PathBuf> = hints::profile_files(&cfg.out_dir).difference(&before).cloned().collect();
+    if written.is_empty() && !out_existed {
+        let _ = std::fs::remove_dir(&cfg.out_dir);
+    }
+    if !s.quiet {
+        let run = hints::Run { command: &cmd[0], children, wall, cpu, hz: cfg.hz, written };
+        hints::messages(&run).iter().for_each(|m| eprintln!("{m}"));
+    }
+    Ok(supervise::end_like(ended))
 }
 
 pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failure> {
     let cfg = check_sampling(s)?;
     let duration = match duration {
-        Some(d) if !(d > 0.0 && d.is_finite()) => return Err(Failure::usage(format!("--duration {d} must be positive"))),
+        Some(d) if !(d > 0.0 && d.is_finite()) => {
+            return Err(Failure::usage(format!("--duration {d} must be positive")))
+        }
         d => d.map(Duration::from_secs_f64),
     };
     let opts = python_options(&cfg, duration);
     let stop = stop_on_ctrl_c();
     let summary = osprey_python::attach(pid, &opts, stop).map_err(|e| Failure::from(e.to_string()))?;
-    print_summary(&summary);
+    if !s.quiet {
+        print_summary(&summary);
+    }
     Ok(0)
 }
 
-fn run_python(program: &Path, cmd: &[String], s: &Sampling) -> Result<u8, Failure> {
-    let cfg = check_sampling(s)?;
-    let mut child = std::process::Command::new(program)
-        .arg0(&cmd[0])
-        .args(&cmd[1..])
-        .spawn()
-        .map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
-    let opts = python_options(&cfg, None);
-    let stop = stop_on_ctrl_c();
-    let result = osprey_python::attach(child.id() as i32, &opts, stop);
-    let status = child.wait().map_err(|e| Failure::from(format!("waiting for {}: {e}", cmd[0])))?;
-    match result {
-        Ok(summary) => print_summary(&summary),
-        Err(e) => eprintln!("osprey: {e}"),
-    }
-    Ok(match (status.code(), status.signal()) {
-        (Some(c), _) => c as u8,
-        (None, Some(sig)) => 128 + sig as u8,
-        _ => 1,
-    })
-}
-
 fn python_options(cfg: &osprey::Config, duration: Option<Duration>) -> osprey_python::Options {
-    osprey_python::Options {
-        hz: cfg.hz,
-        period: cfg.period,
-        out_dir: cfg.out_dir.clone(),
-        duration,
-        method: None,
-    }
+    osprey_python::Options { hz: cfg.hz, period: cfg.period, out_dir: cfg.out_dir.clone(), duration, method: None }
 }
 
 fn print_summary(s: &osprey_python::Summary) {
-    eprintln!("osprey: {} samples", s.samples);
-    for f in &s.files {
-        eprintln!("osprey: profile written to {}", f.display());
+    s.warnings.iter().for_each(|w| eprintln!("osprey: {w}"));
+    let names: Vec<String> = s.files.iter().map(|p| p.display().to_string()).collect();
+    match names.len() {
+        0 => eprintln!("osprey: no samples ({} sampling passes); no profile written", s.passes_done),
+        n => eprintln!("osprey: {} samples; {n} profile(s) written: {}", s.samples, names.join(" ")),
     }
 }
 
@@ -116,18 +143,26 @@ fn stop_on_ctrl_c() -> &'static AtomicBool {
 
 /// Validates the sampling options and the output directory before anything runs.
 fn check_sampling(s: &Sampling) -> Result<osprey::Config, Failure> {
-    if !(s.period.is_finite() && (0.1..=86_400.0).contains(&s.period)) {
-        return Err(Failure::usage(format!("--period {} is out of range (0.1-86400 seconds)", s.period)));
-    }
-    let cfg = osprey::Config {
-        hz: s.hz,
-        period: Duration::from_secs_f64(s.period),
-        out_dir: s.out.clone(),
-        ..Default::default()
-    };
-    cfg.validate().map_err(|e| Failure::usage(format!("--hz: {e}")))?;
-    osprey::profiler::check_writable(&s.out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
+    let period = Duration::try_from_secs_f64(s.period)
+        .map_err(|_| Failure::usage(format!("--period: {} is not a duration in seconds", s.period)))?;
+    let cfg = osprey::Config { hz: s.hz, period, out_dir: s.out.clone(), lines: s.lines, ..Default::default() };
+    cfg.validate().map_err(config_failure)?;
+    osprey::internals::agent::check_writable(&s.out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
     Ok(cfg)
+}
+
+/// A configuration error as the flag that caused it: `--hz: 0 Hz is out of range (1-10000)`.
+fn config_failure(e: osprey::Error) -> Failure {
+    match e {
+        osprey::Error::Config { field, reason } => {
+            let flag = match field {
+                "out_dir" => "out",
+                f => f,
+            };
+            Failure::usage(format!("--{flag}: {reason}"))
+        }
+        e => Failure::usage(e.to_string()),
+    }
 }
 
 /// Finds `name` like a shell does: a path if it has a slash, else in `$PATH`.
@@ -179,6 +214,23 @@ fn agent_library() -> Result<PathBuf, Failure> {
 
 fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| std::env::current_dir().map(|d| d.join(p)).unwrap_or(p.to_path_buf()))
+}
+
+/// `Some("setuid")`/`Some("setgid")` when executing `path` changes the
+/// effective user or group (the loader then runs in secure mode and ignores
+/// LD_PRELOAD).
+fn secure_exec(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    // SAFETY: plain id queries.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if m.mode() & libc::S_ISUID != 0 && m.uid() != euid {
+        return Some("setuid");
+    }
+    if m.mode() & libc::S_ISGID != 0 && m.gid() != egid {
+        return Some("setgid");
+    }
+    None
 }
 
 /// An ELF executable without a program interpreter (PT_INTERP): the dynamic

@@ -1,20 +1,28 @@
 //! The `osprey` command: `exec`, `attach`, `report`.
 
 mod exec;
+mod hints;
 mod report;
+mod supervise;
+mod tree;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "osprey", version, about = "Continuous profiler for Linux: CPU time per thread and per request, as pprof.")]
+#[command(
+    name = "osprey",
+    version,
+    about = "Continuous profiler for Linux: CPU time per thread and per request, as pprof."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
 }
 
 #[derive(clap::Args, Clone, Debug)]
+/// Sampling flags shared by `exec` and `attach`.
 pub struct Sampling {
     /// Samples per CPU-second per thread (1-10000).
     #[arg(long, default_value_t = 100)]
@@ -29,6 +37,9 @@ pub struct Sampling {
     /// memory in the profiled process at each flush).
     #[arg(long)]
     pub lines: bool,
+    /// No messages from osprey on stderr (errors excepted).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 #[derive(Subcommand)]
@@ -56,7 +67,7 @@ enum Cmd {
     },
     /// Top functions and a flamegraph from profile files.
     Report {
-        #[arg(required = true)]
+        /// Profile files (default: every one in ./profiles).
         files: Vec<PathBuf>,
         /// Rows to print.
         #[arg(long, default_value_t = 20)]
@@ -64,9 +75,15 @@ enum Cmd {
         /// Write an SVG flamegraph here.
         #[arg(long)]
         flamegraph: Option<PathBuf>,
-        /// Sample type to rank by (default: the last one, e.g. cpu).
+        /// Sample type to rank by, e.g. cpu, wall, samples (default: cpu when present).
         #[arg(long)]
         sample_index: Option<String>,
+        /// Only samples of this process id (repeatable).
+        #[arg(long)]
+        pid: Vec<i64>,
+        /// Only samples of processes with this name (repeatable).
+        #[arg(long)]
+        process: Vec<String>,
     },
 }
 
@@ -75,8 +92,11 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Exec { sampling, children, cmd } => exec::exec(&sampling, children, &cmd),
         Cmd::Attach { pid, duration, sampling } => exec::attach(pid, duration, &sampling),
-        Cmd::Report { files, top, flamegraph, sample_index } => {
-            report::run(&files, top, flamegraph.as_deref(), sample_index.as_deref()).map(|_| 0).map_err(Failure::from)
+        Cmd::Report { files, top, flamegraph, sample_index, pid, process } => {
+            let filter = report::Filter { pids: pid, processes: process };
+            report::run(&files, top, flamegraph.as_deref(), sample_index.as_deref(), &filter)
+                .map(|_| 0)
+                .map_err(Failure::from)
         }
     };
     match result {
@@ -90,11 +110,14 @@ fn main() -> ExitCode {
 
 /// An error with the exit status it maps to.
 pub struct Failure {
+    /// The one line printed on stderr.
     pub message: String,
+    /// The exit status.
     pub code: u8,
 }
 
 impl Failure {
+    /// A usage error (exit status 2).
     pub fn usage(message: impl Into<String>) -> Self {
         Failure { message: message.into(), code: 2 }
     }

@@ -1,29 +1,68 @@
-//! `osprey report FILE... [--top N] [--flamegraph OUT.svg]`: merges pprof
-//! files, prints the functions with the most flat value (like
-//! `go tool pprof -top`), and optionally draws a flamegraph.
+//! `osprey report [FILE...] [--top N] [--flamegraph OUT.svg] [--pid P] [--process NAME]`:
+//! merges pprof files (by default every profile in `./profiles`, several
+//! processes alike), keeps the samples of the chosen processes, prints the
+//! functions with the most flat value (like `go tool pprof -top`; by CPU
+//! time when the profiles have it), and optionally draws a flamegraph.
 
+use osprey_pprof::pprof::Profile;
 use osprey_pprof::top::render_top;
 use osprey_pprof::{read_profile, summarize, Summary};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-/// Runs the report on `files`, printing to stdout. `sample_index` picks the
-/// value (a sample type name or number; default: the last sample type).
+/// Which samples to keep: those whose `pid` label is one of `pids` and whose
+/// `process` label is one of `processes` (an empty list keeps all).
+#[derive(Default)]
+pub struct Filter {
+    /// Process ids to keep (`--pid`).
+    pub pids: Vec<i64>,
+    /// Program names to keep (`--process`).
+    pub processes: Vec<String>,
+}
+
+impl Filter {
+    fn keep(&self, p: &Profile, s: &osprey_pprof::pprof::Sample) -> bool {
+        let label = |k: &str| s.label.iter().find(|l| p.string(l.key) == k);
+        (self.pids.is_empty() || label("pid").is_some_and(|l| self.pids.contains(&l.num)))
+            && (self.processes.is_empty()
+                || label("process").is_some_and(|l| self.processes.iter().any(|n| n == p.string(l.str))))
+    }
+}
+
+/// Runs the report on `files` (a directory: its profiles; none: every
+/// profile in `./profiles`),
+/// printing to stdout. `sample_index` picks the value (a sample type name or
+/// number; default: `cpu` when present, else the last sample type).
 pub fn run(
     files: &[PathBuf],
     top: usize,
     flamegraph: Option<&Path>,
     sample_index: Option<&str>,
+    filter: &Filter,
 ) -> Result<(), String> {
-    if files.is_empty() {
-        return Err("no profile files given".into());
+    let mut expanded = Vec::new();
+    for f in files {
+        if f.is_dir() {
+            expanded.extend(profiles_in(f)?);
+        } else {
+            expanded.push(f.clone());
+        }
     }
-    let profiles: Vec<_> = files
-        .iter()
-        .map(|f| read_profile(f).map_err(|e| format!("{}: {e}", f.display())))
-        .collect::<Result<_, _>>()?;
-    let summary = summarize(&profiles, sample_index)?;
+    if files.is_empty() {
+        expanded = profiles_in(Path::new("profiles")).map_err(|e| format!("no profile files given, and {e}"))?;
+    }
+    let files = &expanded[..];
+    let mut profiles: Vec<Profile> =
+        files.iter().map(|f| read_profile(f).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    for p in &mut profiles {
+        let kept: Vec<_> = p.sample.iter().filter(|s| filter.keep(p, s)).cloned().collect();
+        p.sample = kept;
+    }
+    if profiles.iter().all(|p| p.sample.is_empty()) && !(filter.pids.is_empty() && filter.processes.is_empty()) {
+        return Err("no samples of the chosen --pid/--process in these profiles".into());
+    }
+    let summary = summarize(&profiles, sample_index).map_err(|e| e.to_string())?;
     print!("{}", render_top(&summary, top, files.len()));
     if let Some(out) = flamegraph {
         write_flamegraph(&summary, out)?;
@@ -32,24 +71,33 @@ pub fn run(
     Ok(())
 }
 
+/// The profile files in `dir`, sorted.
+fn profiles_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut v: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| !n.starts_with('.') && n.ends_with(".pb.gz"))
+        })
+        .collect();
+    v.sort();
+    if v.is_empty() {
+        return Err(format!("no profile files in {}", dir.display()));
+    }
+    Ok(v)
+}
+
 /// Writes an SVG flamegraph of `s.folded` to `out` (title "osprey", counts in `s`'s unit).
 pub fn write_flamegraph(s: &Summary, out: &Path) -> Result<(), String> {
     if s.folded.is_empty() {
         return Err("no samples with a nonzero value: nothing to draw".into());
     }
-    let lines: Vec<String> = s
-        .folded
-        .iter()
-        .map(|(stack, v)| format!("{stack} {v}"))
-        .collect();
+    let lines: Vec<String> = s.folded.iter().map(|(stack, v)| format!("{stack} {v}")).collect();
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = "osprey".to_string();
     opts.count_name = s.sample_type.1.clone();
     let file = File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    inferno::flamegraph::from_lines(
-        &mut opts,
-        lines.iter().map(String::as_str),
-        BufWriter::new(file),
-    )
-    .map_err(|e| format!("flamegraph: {e}"))
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), BufWriter::new(file))
+        .map_err(|e| format!("flamegraph: {e}"))
 }

@@ -19,7 +19,11 @@ fn sibling(name: &str) -> PathBuf {
 }
 
 fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-e2e-{tag}-{}-{}", std::process::id(), osprey::sys::monotonic_ns()));
+    let d = std::env::temp_dir().join(format!(
+        "osprey-e2e-{tag}-{}-{}",
+        std::process::id(),
+        osprey::internals::signal::sys::monotonic_ns()
+    ));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -60,10 +64,8 @@ fn compile_c(src: &str, out: &Path, extra: &[&str]) {
 /// Cumulative share of each name among `names`, by `osprey_pprof::summarize`.
 fn shares(profiles: &[Profile], names: &[&str]) -> Vec<f64> {
     let s = osprey_pprof::summarize(profiles, Some("cpu")).unwrap();
-    let cum: Vec<f64> = names
-        .iter()
-        .map(|n| s.functions.iter().filter(|f| f.name.ends_with(n)).map(|f| f.cum as f64).sum())
-        .collect();
+    let cum: Vec<f64> =
+        names.iter().map(|n| s.functions.iter().filter(|f| f.name.ends_with(n)).map(|f| f.cum as f64).sum()).collect();
     let total: f64 = cum.iter().sum();
     assert!(total > 0.0, "none of {names:?} in the profile");
     cum.iter().map(|c| c / total * 100.0).collect()
@@ -81,8 +83,17 @@ fn label_keys(p: &Profile) -> Vec<String> {
 fn cpu_split_50_30_20_read_by_osprey_and_go_pprof() {
     let out = tempdir("split");
     let o = run(&[
-        "exec", "--hz", "1000", "--out", out.to_str().unwrap(), "--",
-        sibling("osprey-demo").to_str().unwrap(), "--threads", "2", "--seconds", "3",
+        "exec",
+        "--hz",
+        "1000",
+        "--out",
+        out.to_str().unwrap(),
+        "--",
+        sibling("osprey-demo").to_str().unwrap(),
+        "--threads",
+        "2",
+        "--seconds",
+        "3",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let files = profiles(&out);
@@ -158,10 +169,12 @@ fn bad_input_fails_before_anything_runs() {
     assert_ne!(o.status.code(), Some(0));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.starts_with("osprey: ") && err.contains("--out") && err.lines().count() == 1, "{err}");
-    for hz in ["0", "20000"] {
-        let o = run(&["exec", "--hz", hz, "--out", out.to_str().unwrap(), "--", "true"]);
-        assert_eq!(o.status.code(), Some(2), "--hz {hz}");
-        assert!(String::from_utf8_lossy(&o.stderr).contains("out of range"));
+    // Each range error names the flag that caused it, in one line.
+    for (flag, value) in [("--hz", "0"), ("--hz", "20000"), ("--period", "0.01"), ("--period", "-1e9")] {
+        let o = run(&["exec", &format!("{flag}={value}"), "--out", out.to_str().unwrap(), "--", "true"]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.starts_with(&format!("osprey: {flag}: ")) && err.lines().count() == 1, "{err}");
     }
     // A static binary cannot take the preloaded agent: said up front.
     let dir = tempdir("static");
@@ -179,7 +192,15 @@ fn bad_input_fails_before_anything_runs() {
 fn status_streams_and_signals_pass_through() {
     let out = tempdir("pass");
     let o = Command::new(osprey())
-        .args(["exec", "--out", out.to_str().unwrap(), "--", "sh", "-c", "read x; echo \"out:$x\"; echo err >&2; exit 7"])
+        .args([
+            "exec",
+            "--out",
+            out.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "read x; echo \"out:$x\"; echo err >&2; exit 7",
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -192,14 +213,28 @@ fn status_streams_and_signals_pass_through() {
         .unwrap();
     assert_eq!(o.status.code(), Some(7));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "out:hello\n");
-    assert_eq!(String::from_utf8_lossy(&o.stderr), "err\n");
+    // The program's stderr first, untouched; then osprey's own lines.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.starts_with("err\n"), "{stderr:?}");
+    assert!(stderr.lines().skip(1).all(|l| l.starts_with("osprey: ")), "{stderr:?}");
+    let o = run(&["exec", "-q", "--out", out.to_str().unwrap(), "--", "sh", "-c", "echo err >&2"]);
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "err\n", "--quiet: the program's stderr only");
     use std::os::unix::process::ExitStatusExt;
     let o = run(&["exec", "--out", out.to_str().unwrap(), "--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(o.status.signal(), Some(libc::SIGTERM), "killed by its own SIGTERM, like without osprey");
     // Programs the target runs are not profiled unless asked.
     let o = run(&["exec", "--out", out.to_str().unwrap(), "--", "sh", "-c", "env | grep -c LD_PRELOAD || true"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "0");
-    let o = run(&["exec", "--children", "--out", out.to_str().unwrap(), "--", "sh", "-c", "env | grep -c osprey_preload || true"]);
+    let o = run(&[
+        "exec",
+        "--children",
+        "--out",
+        out.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "env | grep -c osprey_preload || true",
+    ]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1");
 }
 
@@ -249,8 +284,18 @@ fn c_program_span_ids_reach_the_profile() {
 fn lines_flag_adds_files_and_lines() {
     let out = tempdir("lines");
     let o = run(&[
-        "exec", "--lines", "--hz", "500", "--out", out.to_str().unwrap(), "--",
-        sibling("osprey-demo").to_str().unwrap(), "--threads", "1", "--seconds", "1",
+        "exec",
+        "--lines",
+        "--hz",
+        "500",
+        "--out",
+        out.to_str().unwrap(),
+        "--",
+        sibling("osprey-demo").to_str().unwrap(),
+        "--threads",
+        "1",
+        "--seconds",
+        "1",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let p = &read_all(&out)[0];

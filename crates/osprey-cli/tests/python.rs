@@ -49,7 +49,11 @@ fn script() -> PathBuf {
 }
 
 fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-py-e2e-{tag}-{}-{}", std::process::id(), osprey::sys::monotonic_ns()));
+    let d = std::env::temp_dir().join(format!(
+        "osprey-py-e2e-{tag}-{}-{}",
+        std::process::id(),
+        osprey::internals::signal::sys::monotonic_ns()
+    ));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

@@ -8,31 +8,15 @@ const MS: i64 = 1_000_000;
 /// Stacks (root first, as written) and their cpu time in ms:
 /// a;b;c 10, a;b;b 20 (recursion), a 30, a;b;a;b 40 (mutual recursion).
 fn data() -> ProfileData {
-    let f = |n: &str| Frame::Function {
-        name: n.into(),
-        file: "x.py".into(),
-        line: 1,
-    };
+    let f = |n: &str| Frame::Function { name: n.into(), file: "x.py".into(), line: 1 };
     let sample = |root_first: &str, count: i64| {
         let frames = root_first.split(';').rev().map(f).collect();
-        Sample {
-            frames,
-            values: vec![count, count * 10 * MS],
-            labels: vec![],
-        }
+        Sample { frames, values: vec![count, count * 10 * MS], labels: vec![] }
     };
     ProfileData {
-        sample_types: vec![
-            ("samples".into(), "count".into()),
-            ("cpu".into(), "nanoseconds".into()),
-        ],
+        sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
         period: ("cpu".into(), "nanoseconds".into(), 10 * MS),
-        samples: vec![
-            sample("a;b;c", 1),
-            sample("a;b;b", 2),
-            sample("a", 3),
-            sample("a;b;a;b", 4),
-        ],
+        samples: vec![sample("a;b;c", 1), sample("a;b;b", 2), sample("a", 3), sample("a;b;a;b", 4)],
         ..ProfileData::default()
     }
 }
@@ -45,10 +29,7 @@ fn report(args: &[&std::path::Path]) -> std::process::Output {
 fn report_writes_a_flamegraph() {
     let dir = std::env::temp_dir().join(format!("osprey-report-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let files = vec![
-        write_profile(&dir, &data()).unwrap(),
-        write_profile(&dir, &data()).unwrap(),
-    ];
+    let files = vec![write_profile(&dir, &data()).unwrap(), write_profile(&dir, &data()).unwrap()];
     let svg = dir.join("flame.svg");
     let out = Command::new(env!("CARGO_BIN_EXE_osprey"))
         .arg("report")
@@ -60,15 +41,8 @@ fn report_writes_a_flamegraph() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("2 file(s)"));
     let text = std::fs::read_to_string(&svg).unwrap();
-    assert!(
-        text.contains("<svg") && text.contains("osprey"),
-        "not a flamegraph"
-    );
-    for frame in [
-        "<title>all (200,000,000 nanoseconds",
-        "<title>b (140,000,000 nanoseconds",
-        "<title>c (",
-    ] {
+    assert!(text.contains("<svg") && text.contains("osprey"), "not a flamegraph");
+    for frame in ["<title>all (200,000,000 nanoseconds", "<title>b (140,000,000 nanoseconds", "<title>c ("] {
         assert!(text.contains(frame), "flamegraph lacks {frame:?}");
     }
     let missing = report(&[&dir.join("missing.pb.gz")]);

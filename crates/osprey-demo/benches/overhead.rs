@@ -1,4 +1,4 @@
-//! Overhead benchmark (issue 2): one CPU-bound workload (2 threads, the
+//! Overhead benchmark: one CPU-bound workload (2 threads, the
 //! 50/30/20 split) with no profiler, with osprey, and with pprof-rs, at
 //! 100 Hz and 1 kHz. Each run is a fresh child process; runs alternate and
 //! the median of `OSPREY_BENCH_REPS` (default 5) is reported.
@@ -23,7 +23,9 @@ struct Run {
 }
 
 fn cpu_s() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out pointer.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
     t(ru.ru_utime) + t(ru.ru_stime)
@@ -58,7 +60,7 @@ fn child(mode: &str, hz: u32) {
             let p = osprey::Profiler::builder().hz(hz).out_dir(&dir).start().unwrap();
             workload();
             let c1 = cpu_s();
-            let signals = osprey::profiler::stats().signals;
+            let signals = osprey::internals::agent::stats().signals;
             let t = Instant::now();
             let files = p.stop();
             assert!(!files.is_empty(), "osprey wrote no profile");
@@ -85,10 +87,7 @@ fn child(mode: &str, hz: u32) {
 }
 
 fn spawn(mode: &str, hz: u32) -> Run {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--child", mode, &hz.to_string()])
-        .output()
-        .unwrap();
+    let out = Command::new(std::env::current_exe().unwrap()).args(["--child", mode, &hz.to_string()]).output().unwrap();
     assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
     let s = String::from_utf8(out.stdout).unwrap();
     let v: Vec<f64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();

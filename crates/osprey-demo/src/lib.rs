@@ -20,16 +20,19 @@ fn spin(iters: u64, seed: u64) -> u64 {
 }
 
 #[inline(never)]
+/// The function meant to take 50% of the CPU time.
 pub fn work_a(seed: u64) -> u64 {
     spin(5 * UNIT, seed)
 }
 
 #[inline(never)]
+/// The function meant to take 30% of the CPU time.
 pub fn work_b(seed: u64) -> u64 {
     spin(3 * UNIT, seed)
 }
 
 #[inline(never)]
+/// The function meant to take 20% of the CPU time.
 pub fn work_c(seed: u64) -> u64 {
     spin(2 * UNIT, seed)
 }

@@ -9,7 +9,10 @@
 //! - every native address inside a region of `/proc/<pid>/maps` has that
 //!   region as mapping; `mapping[0]` is the main binary's text when known;
 //! - samples with the same location ids and (sorted) labels are merged by
-//!   adding their values; every sample has `sample_type.len()` values.
+//!   adding their values; every sample has `sample_type.len()` values;
+//! - every sample carries a `pid` label (the profiled process) and, when the
+//!   process name is known, a `process` label (its `comm`), unless it already
+//!   has them, so files of several processes can be merged and filtered.
 
 use super::build_id;
 use super::maps::{proc_dir, ProcMaps, Region};
@@ -21,32 +24,16 @@ use std::collections::HashMap;
 
 /// Encodes `data`; `symbolize` gets every distinct `(addr, return_address)`
 /// once and returns one [`Resolved`] per input, in order.
-pub fn encode(
-    data: &ProfileData,
-    maps: &ProcMaps,
-    symbolize: impl FnOnce(&[(u64, bool)]) -> Vec<Resolved>,
-) -> Profile {
+pub fn encode(data: &ProfileData, maps: &ProcMaps, symbolize: impl FnOnce(&[(u64, bool)]) -> Vec<Resolved>) -> Profile {
     let natives = distinct_natives(data);
-    let resolved: HashMap<(u64, bool), Resolved> =
-        natives.iter().copied().zip(symbolize(&natives)).collect();
-    let mut enc = Encoder {
-        resolved,
-        ..Encoder::new(maps)
-    };
+    let resolved: HashMap<(u64, bool), Resolved> = natives.iter().copied().zip(symbolize(&natives)).collect();
+    let mut enc = Encoder { resolved, ..Encoder::new(maps) };
     enc.add_mappings(data.pid, &natives);
-    let sample_type = data
-        .sample_types
-        .iter()
-        .map(|(t, u)| enc.value_type(t, u))
-        .collect();
+    let sample_type = data.sample_types.iter().map(|(t, u)| enc.value_type(t, u)).collect();
     let sample = enc.samples(data);
     let (t, u, period) = &data.period;
     let period_type = Some(enc.value_type(t, u));
-    let comment = data
-        .comments
-        .iter()
-        .map(|c| enc.strings.intern(c))
-        .collect();
+    let comment = data.comments.iter().map(|c| enc.strings.intern(c)).collect();
     enc.finish_mappings();
     Profile {
         sample_type,
@@ -69,10 +56,7 @@ fn distinct_natives(data: &ProfileData) -> Vec<(u64, bool)> {
     let frames = data.samples.iter().flat_map(|s| &s.frames);
     frames
         .filter_map(|f| match *f {
-            Frame::Native {
-                addr,
-                return_address,
-            } => Some((addr, return_address)),
+            Frame::Native { addr, return_address } => Some((addr, return_address)),
             _ => None,
         })
         .filter(|k| seen.insert(*k))
@@ -132,24 +116,15 @@ impl<'a> Encoder<'a> {
     }
 
     fn value_type(&mut self, t: &str, u: &str) -> ValueType {
-        ValueType {
-            r#type: self.strings.intern(t),
-            unit: self.strings.intern(u),
-        }
+        ValueType { r#type: self.strings.intern(t), unit: self.strings.intern(u) }
     }
 
     /// One mapping per region holding a native address; the main text first.
     fn add_mappings(&mut self, pid: i32, natives: &[(u64, bool)]) {
-        let mut used: Vec<usize> = natives
-            .iter()
-            .filter_map(|&(a, _)| self.maps.find(a))
-            .collect();
+        let mut used: Vec<usize> = natives.iter().filter_map(|&(a, _)| self.maps.find(a)).collect();
         used.sort_unstable();
         used.dedup();
-        let main = self
-            .maps
-            .main_text()
-            .or_else(|| used.iter().copied().find(|&i| self.maps.is_main(i)));
+        let main = self.maps.main_text().or_else(|| used.iter().copied().find(|&i| self.maps.is_main(i)));
         if let Some(m) = main {
             used.retain(|&i| i != m);
             used.insert(0, m);
@@ -160,9 +135,7 @@ impl<'a> Encoder<'a> {
             let build_id = match build_ids.get(&r.path) {
                 Some(&b) => b,
                 None => {
-                    let b = self
-                        .strings
-                        .intern(&build_id_of(pid, r).unwrap_or_default());
+                    let b = self.strings.intern(&build_id_of(pid, r).unwrap_or_default());
                     build_ids.insert(r.path.clone(), b);
                     b
                 }
@@ -203,23 +176,14 @@ impl<'a> Encoder<'a> {
             return id;
         }
         let id = self.functions.len() as u64 + 1;
-        self.functions.push(Function {
-            id,
-            name: key.0,
-            system_name: key.1,
-            filename: key.2,
-            start_line: key.3,
-        });
+        self.functions.push(Function { id, name: key.0, system_name: key.1, filename: key.2, start_line: key.3 });
         self.function_ids.insert(key, id);
         id
     }
 
     fn location(&mut self, frame: &Frame) -> u64 {
         match frame {
-            Frame::Native {
-                addr,
-                return_address,
-            } => self.native(*addr, *return_address),
+            Frame::Native { addr, return_address } => self.native(*addr, *return_address),
             Frame::Function { name, file, line } => {
                 let f = self.function(name, file);
                 self.interpreted(f, *line)
@@ -236,15 +200,7 @@ impl<'a> Encoder<'a> {
             return id;
         }
         let id = self.locations.len() as u64 + 1;
-        self.locations.push(Location {
-            id,
-            line: vec![Line {
-                function_id,
-                line,
-                column: 0,
-            }],
-            ..Location::default()
-        });
+        self.locations.push(Location { id, line: vec![Line { function_id, line, column: 0 }], ..Location::default() });
         self.interp_ids.insert((function_id, line), id);
         id
     }
@@ -257,34 +213,18 @@ impl<'a> Encoder<'a> {
         let line: Vec<Line> = resolved
             .lines
             .iter()
-            .map(|l| Line {
-                function_id: self.function(&l.name, &l.file),
-                line: l.line,
-                column: 0,
-            })
+            .map(|l| Line { function_id: self.function(&l.name, &l.file), line: l.line, column: 0 })
             .collect();
-        let mapping_id = self
-            .maps
-            .find(addr)
-            .and_then(|i| self.region_mapping.get(&i))
-            .copied()
-            .unwrap_or(0);
+        let mapping_id = self.maps.find(addr).and_then(|i| self.region_mapping.get(&i)).copied().unwrap_or(0);
         if mapping_id != 0 {
             let c = &mut self.coverage[mapping_id as usize - 1];
             c.locations += 1;
             c.functions += usize::from(!line.is_empty());
-            c.files +=
-                usize::from(!line.is_empty() && resolved.lines.iter().all(|l| !l.file.is_empty()));
+            c.files += usize::from(!line.is_empty() && resolved.lines.iter().all(|l| !l.file.is_empty()));
             c.lines += usize::from(!line.is_empty() && resolved.debug_info);
         }
         let id = self.locations.len() as u64 + 1;
-        self.locations.push(Location {
-            id,
-            mapping_id,
-            address: addr,
-            line,
-            is_folded: false,
-        });
+        self.locations.push(Location { id, mapping_id, address: addr, line, is_folded: false });
         self.native_ids.insert((addr, ret), id);
         id
     }
@@ -293,26 +233,24 @@ impl<'a> Encoder<'a> {
         let width = data.sample_types.len();
         let mut out: Vec<Sample> = Vec::new();
         let mut index: HashMap<(Vec<u64>, Vec<super::Label>), usize> = HashMap::new();
+        let process = process_labels(data.pid);
         for s in &data.samples {
             let ids: Vec<u64> = s.frames.iter().map(|f| self.location(f)).collect();
             let mut labels = s.labels.clone();
+            for l in &process {
+                if !labels.iter().any(|have| have.key == l.key) {
+                    labels.push(l.clone());
+                }
+            }
             labels.sort();
             let mut values = s.values.clone();
             values.resize(width, 0);
             match index.get(&(ids.clone(), labels.clone())) {
-                Some(&i) => out[i]
-                    .value
-                    .iter_mut()
-                    .zip(&values)
-                    .for_each(|(a, b)| *a += b),
+                Some(&i) => out[i].value.iter_mut().zip(&values).for_each(|(a, b)| *a += b),
                 None => {
                     let label = labels.iter().map(|l| self.label(l)).collect();
                     index.insert((ids.clone(), labels), out.len());
-                    out.push(Sample {
-                        location_id: ids,
-                        value: values,
-                        label,
-                    });
+                    out.push(Sample { location_id: ids, value: values, label });
                 }
             }
         }
@@ -322,16 +260,19 @@ impl<'a> Encoder<'a> {
     fn label(&mut self, l: &super::Label) -> Label {
         let key = self.strings.intern(&l.key);
         match &l.value {
-            LabelValue::Str(s) => Label {
-                key,
-                str: self.strings.intern(s),
-                ..Label::default()
-            },
-            LabelValue::Num(n) => Label {
-                key,
-                num: *n,
-                ..Label::default()
-            },
+            LabelValue::Str(s) => Label { key, str: self.strings.intern(s), ..Label::default() },
+            LabelValue::Num(n) => Label { key, num: *n, ..Label::default() },
         }
     }
+}
+
+/// `pid` and `process` labels of the process `pid` (0: this process); the
+/// name is left out when `/proc/<pid>/comm` cannot be read (process gone).
+fn process_labels(pid: i32) -> Vec<super::Label> {
+    let pid = if pid > 0 { pid } else { std::process::id() as i32 };
+    let mut out = vec![super::Label { key: "pid".into(), value: LabelValue::Num(pid as i64) }];
+    if let Ok(name) = std::fs::read_to_string(proc_dir(pid).join("comm")) {
+        out.push(super::Label { key: "process".into(), value: LabelValue::Str(name.trim_end().to_string()) });
+    }
+    out
 }

@@ -24,12 +24,7 @@ pub fn file_name(pid: i32, unix_secs: i64, seq: u64) -> String {
 pub fn utc_stamp(unix_secs: i64) -> String {
     let (days, secs) = (unix_secs.div_euclid(86_400), unix_secs.rem_euclid(86_400));
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
 /// Days since 1970-01-01 -> (year, month, day), by 400-year eras.
@@ -48,9 +43,7 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 /// Gzips `bytes` into a new profile file of `pid` in `dir` (created if missing).
 pub fn publish(dir: &Path, pid: i32, bytes: &[u8]) -> io::Result<PathBuf> {
     fs::create_dir_all(dir)?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     let name = file_name(pid, now, SEQ.fetch_add(1, Ordering::Relaxed));
     let (tmp, path) = (dir.join(format!(".{name}.tmp")), dir.join(&name));
     let result = write_gzip(&tmp, bytes).and_then(|()| fs::rename(&tmp, &path));
@@ -75,9 +68,6 @@ mod tests {
         assert_eq!(utc_stamp(0), "19700101T000000Z");
         assert_eq!(utc_stamp(951_782_400), "20000229T000000Z");
         assert_eq!(utc_stamp(1_700_000_000), "20231114T221320Z");
-        assert_eq!(
-            file_name(42, 1_700_000_000, 3),
-            "osprey-42-20231114T221320Z-3.pb.gz"
-        );
+        assert_eq!(file_name(42, 1_700_000_000, 3), "osprey-42-20231114T221320Z-3.pb.gz");
     }
 }

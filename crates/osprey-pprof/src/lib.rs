@@ -10,7 +10,7 @@
 //! | [`build_id`] | GNU build id of an ELF file |
 //! | [`symbolize`] | native addresses -> functions, files, lines (blazesym) |
 //! | [`encode`] | [`ProfileData`] -> [`pprof::Profile`] |
-//! | [`file`] | file names, gzip, write-then-rename |
+//! | [`file`](mod@file) | file names, gzip, write-then-rename |
 //! | [`read`] | reading pprof files back |
 //! | [`summary`] | flat/cum per function, folded stacks |
 //! | [`top`] | the top-functions table of a summary |
@@ -20,6 +20,7 @@
 
 pub mod build_id;
 pub mod encode;
+mod error;
 pub mod file;
 pub mod maps;
 pub mod pprof;
@@ -29,45 +30,66 @@ pub mod summary;
 pub mod symbolize;
 pub mod top;
 
+pub use error::Error;
 pub use read::read_profile;
 pub use summary::{summarize, FunctionStat, Summary};
 
 /// One frame of a sample, leaf first.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Frame {
-    /// A native instruction address in the profiled process. `return_address`
-    /// is true for every frame but the leaf (symbolize `addr - 1`).
-    Native { addr: u64, return_address: bool },
+    /// A native instruction address in the profiled process.
+    Native {
+        /// Instruction address in the address space of `ProfileData::pid`.
+        addr: u64,
+        /// True for every frame but the leaf: `addr` is a return address and is
+        /// symbolized at `addr - 1`, inside the call instruction.
+        return_address: bool,
+    },
     /// An interpreted function (e.g. Python), already symbolized.
     Function {
+        /// Function name.
         name: String,
+        /// Source file of the function; empty when unknown.
         file: String,
+        /// Line being executed in `file`; 0 when unknown.
         line: i64,
     },
-    /// A frame osprey makes up to show where samples went (e.g. "[osprey] dropped: storage full").
+    /// A frame osprey makes up to show where samples went (e.g. `[osprey] dropped: storage full`).
     Synthetic(String),
 }
 
+/// Value of a sample [`Label`]: a string or a number, never both.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LabelValue {
+    /// A string value (pprof `Label.str`), e.g. a thread name.
     Str(String),
+    /// A numeric value without unit (pprof `Label.num`), e.g. a thread id.
     Num(i64),
 }
 
+/// A key/value label attached to a sample (e.g. `"thread id"`, `"thread name"`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Label {
+    /// Label name.
     pub key: String,
+    /// Label value.
     pub value: LabelValue,
 }
 
+/// One sampled stack with its values and labels.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Sample {
+    /// The stack, leaf first.
     pub frames: Vec<Frame>,
     /// One value per `ProfileData::sample_types` entry.
     pub values: Vec<i64>,
+    /// Labels of the sample, in any order (sorted when encoding). Samples with
+    /// the same frames and labels are merged when encoding.
     pub labels: Vec<Label>,
 }
 
+/// One profile as collected: unsymbolized samples plus metadata, the input of
+/// [`to_pprof`] and [`write_profile`].
 #[derive(Clone, Debug, Default)]
 pub struct ProfileData {
     /// pid whose address space `Frame::Native` addresses belong to.
@@ -76,9 +98,13 @@ pub struct ProfileData {
     pub sample_types: Vec<(String, String)>,
     /// (type, unit, value) of the sampling period, e.g. ("cpu","nanoseconds", 1_000_000).
     pub period: (String, String, i64),
+    /// Wall-clock start of the profile, ns since the Unix epoch (pprof `time_nanos`).
     pub start_realtime_ns: i64,
+    /// Length of the profiled period in ns (pprof `duration_nanos`).
     pub duration_ns: i64,
+    /// The samples.
     pub samples: Vec<Sample>,
+    /// Free-form comments, written to pprof `comment`.
     pub comments: Vec<String>,
     /// Symbolize native frames with DWARF (file, line, inlined functions).
     /// Off: function names from ELF symbol tables only. DWARF parsing costs
@@ -91,10 +117,7 @@ pub struct ProfileData {
 /// (created if missing); returns the file's path. The file appears complete
 /// or not at all. If `/proc/<pid>/maps` is unreadable (process gone), native
 /// frames are written unsymbolized and without mappings.
-pub fn write_profile(
-    dir: &std::path::Path,
-    data: &ProfileData,
-) -> std::io::Result<std::path::PathBuf> {
+pub fn write_profile(dir: &std::path::Path, data: &ProfileData) -> std::io::Result<std::path::PathBuf> {
     let profile = to_pprof(data);
     file::publish(dir, data.pid, &prost::Message::encode_to_vec(&profile))
 }
@@ -103,8 +126,6 @@ pub fn write_profile(
 pub fn to_pprof(data: &ProfileData) -> pprof::Profile {
     match maps::ProcMaps::read(data.pid) {
         Ok(maps) => encode::encode(data, &maps, |addrs| symbolize::symbolize(data.pid, addrs, data.lines)),
-        Err(_) => encode::encode(data, &maps::ProcMaps::default(), |addrs| {
-            vec![Default::default(); addrs.len()]
-        }),
+        Err(_) => encode::encode(data, &maps::ProcMaps::default(), |addrs| vec![Default::default(); addrs.len()]),
     }
 }

@@ -1,26 +1,40 @@
 //! Reading pprof files back (ours or anyone's): gzip or raw protobuf.
 
 use super::pprof::Profile;
+use crate::Error;
 use flate2::read::GzDecoder;
 use prost::Message;
-use std::io::{self, Read};
+use std::io::Read;
 use std::path::Path;
 
 /// Decodes the pprof file at `path`, gunzipping it if it starts with the gzip magic.
-pub fn read_profile(path: &Path) -> io::Result<Profile> {
-    decode(&std::fs::read(path)?)
+pub fn read_profile(path: &Path) -> Result<Profile, Error> {
+    let what = || path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|source| Error::Io { what: what(), source })?;
+    if !meta.is_file() {
+        let source = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+        return Err(Error::Io { what: what(), source });
+    }
+    let bytes = std::fs::read(path).map_err(|source| Error::Io { what: what(), source })?;
+    decode(&bytes).map_err(|e| match e {
+        Error::Io { source, .. } => Error::Io { what: what(), source },
+        Error::Decode { source, .. } => Error::Decode { what: what(), source },
+        e => e,
+    })
 }
 
 /// Decodes pprof `bytes`, gzip-compressed or not.
-pub fn decode(bytes: &[u8]) -> io::Result<Profile> {
+pub fn decode(bytes: &[u8]) -> Result<Profile, Error> {
     let raw;
     let bytes = if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
-        GzDecoder::new(bytes).read_to_end(&mut out)?;
+        GzDecoder::new(bytes)
+            .read_to_end(&mut out)
+            .map_err(|source| Error::Io { what: "gzip stream".into(), source })?;
         raw = out;
         &raw[..]
     } else {
         bytes
     };
-    Profile::decode(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    Profile::decode(bytes).map_err(|source| Error::Decode { what: "profile bytes".into(), source })
 }

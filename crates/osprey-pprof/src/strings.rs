@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+/// A pprof string table under construction: every distinct string gets one
+/// index, `""` is index 0. The default table holds only `""`.
 #[derive(Debug)]
 pub struct StringTable {
     table: Vec<String>,
@@ -13,10 +15,7 @@ pub struct StringTable {
 
 impl Default for StringTable {
     fn default() -> Self {
-        StringTable {
-            table: vec![String::new()],
-            index: HashMap::from([(String::new(), 0)]),
-        }
+        StringTable { table: vec![String::new()], index: HashMap::from([(String::new(), 0)]) }
     }
 }
 
@@ -32,6 +31,7 @@ impl StringTable {
         i
     }
 
+    /// The strings in index order, for [`Profile::string_table`](crate::pprof::Profile::string_table).
     pub fn into_vec(self) -> Vec<String> {
         self.table
     }

@@ -6,10 +6,13 @@
 //! inside a frame name.
 
 use super::pprof::Profile;
+use crate::Error;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+/// Flat and cumulative value of one function over the summarized profiles.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FunctionStat {
+    /// Function name; `0x<address>` for an unsymbolized location.
     pub name: String,
     /// Value of samples whose leaf frame is this function.
     pub flat: i64,
@@ -17,10 +20,13 @@ pub struct FunctionStat {
     pub cum: i64,
 }
 
+/// What [`summarize`] returns: totals, per-function values and folded stacks
+/// for one sample type.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
     /// (type, unit) of the summarized value, e.g. ("cpu", "nanoseconds").
     pub sample_type: (String, String),
+    /// Sum of the summarized value over all samples.
     pub total: i64,
     /// Sum of the first `count`-unit value when the profiles have one,
     /// else the number of sample records.
@@ -32,49 +38,36 @@ pub struct Summary {
 }
 
 /// Summarizes `profiles` (merged) on the sample type named `sample_index`
-/// (a type name such as `"cpu"`, or a number), by default the first profile's
-/// last sample type. Every profile must have that type.
-pub fn summarize(profiles: &[Profile], sample_index: Option<&str>) -> Result<Summary, String> {
-    let first = profiles.first().ok_or("no profiles")?;
-    let types: Vec<&str> = first
-        .sample_type
-        .iter()
-        .map(|t| first.string(t.r#type))
-        .collect();
+/// (a type name such as `"cpu"`, or a number), by default `cpu` when the
+/// first profile has it, else its last sample type. Every profile must have
+/// that type.
+pub fn summarize(profiles: &[Profile], sample_index: Option<&str>) -> Result<Summary, Error> {
+    let first = profiles.first().ok_or(Error::NoProfiles)?;
+    let types: Vec<&str> = first.sample_type.iter().map(|t| first.string(t.r#type)).collect();
     let pick = match sample_index {
-        None => types
-            .len()
-            .checked_sub(1)
-            .ok_or("profile has no sample types")?,
+        None => match types.iter().position(|t| *t == "cpu") {
+            Some(i) => i,
+            None => types.len().checked_sub(1).ok_or(Error::NoSampleTypes)?,
+        },
         Some(s) => match s.parse::<usize>() {
             Ok(i) if i < types.len() => i,
-            _ => types
-                .iter()
-                .position(|t| *t == s)
-                .ok_or_else(|| format!("no sample type {s:?}; have {types:?}"))?,
+            _ => types.iter().position(|t| *t == s).ok_or_else(|| Error::UnknownSampleType {
+                asked: s.to_string(),
+                have: types.iter().map(|t| t.to_string()).collect(),
+            })?,
         },
     };
     let vt = &first.sample_type[pick];
     let mut out = Summary {
-        sample_type: (
-            first.string(vt.r#type).to_string(),
-            first.string(vt.unit).to_string(),
-        ),
+        sample_type: (first.string(vt.r#type).to_string(), first.string(vt.unit).to_string()),
         ..Summary::default()
     };
     let mut stats: HashMap<String, (i64, i64)> = HashMap::new();
     let mut folded: BTreeMap<String, i64> = BTreeMap::new();
     for p in profiles {
-        let idx = p
-            .sample_type
-            .iter()
-            .position(|t| p.string(t.r#type) == out.sample_type.0);
-        let idx =
-            idx.ok_or_else(|| format!("a profile lacks sample type {:?}", out.sample_type.0))?;
-        let count_idx = p
-            .sample_type
-            .iter()
-            .position(|t| p.string(t.unit) == "count");
+        let idx = p.sample_type.iter().position(|t| p.string(t.r#type) == out.sample_type.0);
+        let idx = idx.ok_or_else(|| Error::MissingSampleType(out.sample_type.0.clone()))?;
+        let count_idx = p.sample_type.iter().position(|t| p.string(t.unit) == "count");
         let names = frame_names(p);
         for s in &p.sample {
             out.samples += count_idx.map_or(1, |c| s.value.get(c).copied().unwrap_or(0));
@@ -103,46 +96,21 @@ pub fn summarize(profiles: &[Profile], sample_index: Option<&str>) -> Result<Sum
             *folded.entry(root_first.join(";")).or_default() += v;
         }
     }
-    out.functions = stats
-        .into_iter()
-        .map(|(name, (flat, cum))| FunctionStat { name, flat, cum })
-        .collect();
-    out.functions
-        .sort_by(|a, b| (b.flat, b.cum, &a.name).cmp(&(a.flat, a.cum, &b.name)));
+    out.functions = stats.into_iter().map(|(name, (flat, cum))| FunctionStat { name, flat, cum }).collect();
+    out.functions.sort_by(|a, b| (b.flat, b.cum, &a.name).cmp(&(a.flat, a.cum, &b.name)));
     out.folded = folded.into_iter().collect();
     Ok(out)
 }
 
 /// Location id -> function names, innermost first; `0x<address>` when unsymbolized.
 fn frame_names(p: &Profile) -> HashMap<u64, Vec<String>> {
-    let funcs: HashMap<u64, &str> = p
-        .function
-        .iter()
-        .map(|f| (f.id, p.string(f.name)))
-        .collect();
-    let name = |id: u64| {
-        funcs
-            .get(&id)
-            .copied()
-            .filter(|n| !n.is_empty())
-            .map(str::to_string)
-    };
+    let funcs: HashMap<u64, &str> = p.function.iter().map(|f| (f.id, p.string(f.name))).collect();
+    let name = |id: u64| funcs.get(&id).copied().filter(|n| !n.is_empty()).map(str::to_string);
     p.location
         .iter()
         .map(|l| {
-            let names: Vec<String> = l
-                .line
-                .iter()
-                .filter_map(|ln| name(ln.function_id))
-                .collect();
-            (
-                l.id,
-                if names.is_empty() {
-                    vec![format!("0x{:x}", l.address)]
-                } else {
-                    names
-                },
-            )
+            let names: Vec<String> = l.line.iter().filter_map(|ln| name(ln.function_id)).collect();
+            (l.id, if names.is_empty() { vec![format!("0x{:x}", l.address)] } else { names })
         })
         .collect()
 }

@@ -26,6 +26,7 @@ pub struct SymLine {
 /// when the address could not be symbolized.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Resolved {
+    /// Functions at the address, innermost first; empty if unsymbolized.
     pub lines: Vec<SymLine>,
     /// Source locations (DWARF) were available, hence also inlining information.
     pub debug_info: bool,
@@ -36,27 +37,15 @@ pub struct Resolved {
 /// lands inside the call instruction. The result has one entry per input.
 /// `lines`: use DWARF (file, line, inlined frames) besides ELF symbols.
 pub fn symbolize(pid: i32, addrs: &[(u64, bool)], lines: bool) -> Vec<Resolved> {
-    let lookup: Vec<u64> = addrs
-        .iter()
-        .map(|&(a, ret)| if ret { a.saturating_sub(1) } else { a })
-        .collect();
-    let pid = if pid <= 0 || pid as u32 == std::process::id() {
-        Pid::Slf
-    } else {
-        Pid::from(pid as u32)
-    };
-    let symbolizer = Symbolizer::builder()
-        .enable_inlined_fns(lines)
-        .enable_code_info(lines)
-        .enable_demangling(true)
-        .build();
+    let lookup: Vec<u64> = addrs.iter().map(|&(a, ret)| if ret { a.saturating_sub(1) } else { a }).collect();
+    let pid = if pid <= 0 || pid as u32 == std::process::id() { Pid::Slf } else { Pid::from(pid as u32) };
+    let symbolizer =
+        Symbolizer::builder().enable_inlined_fns(lines).enable_code_info(lines).enable_demangling(true).build();
     // Paths named in /proc/<pid>/maps first: opening /proc/<pid>/map_files/*
     // needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE), even for oneself.
     let mut out = run(&symbolizer, pid, false, lines, &lookup);
     // Then map_files for what is left (deleted files, other mount namespaces).
-    let unknown: Vec<usize> = (0..out.len())
-        .filter(|&i| out[i].lines.is_empty())
-        .collect();
+    let unknown: Vec<usize> = (0..out.len()).filter(|&i| out[i].lines.is_empty()).collect();
     if !unknown.is_empty() {
         let retry: Vec<u64> = unknown.iter().map(|&i| lookup[i]).collect();
         for (i, r) in unknown.into_iter().zip(run(&symbolizer, pid, true, lines, &retry)) {
@@ -94,25 +83,15 @@ fn resolve(s: &Symbolized<'_>) -> Resolved {
     };
     // blazesym lists inlined functions outermost first, each with the location
     // inside that function; `sym.code_info` is the location inside `sym`.
-    let mut lines: Vec<SymLine> = sym
-        .inlined
-        .iter()
-        .rev()
-        .map(|f| line(&f.name, f.code_info.as_ref()))
-        .collect();
+    let mut lines: Vec<SymLine> = sym.inlined.iter().rev().map(|f| line(&f.name, f.code_info.as_ref())).collect();
     lines.push(line(&sym.name, sym.code_info.as_deref()));
-    Resolved {
-        lines,
-        debug_info: sym.code_info.is_some(),
-    }
+    Resolved { lines, debug_info: sym.code_info.is_some() }
 }
 
 fn line(name: &str, info: Option<&CodeInfo<'_>>) -> SymLine {
     SymLine {
         name: name.to_string(),
-        file: info
-            .map(|c| c.to_path().to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        file: info.map(|c| c.to_path().to_string_lossy().into_owned()).unwrap_or_default(),
         line: info.and_then(|c| c.line).map_or(0, i64::from),
     }
 }
@@ -131,16 +110,8 @@ mod tests {
         let a = marker_fn as fn() -> u64 as usize as u64;
         let r = symbolize(0, &[(a, false), (a + 1, true), (8, false)], true);
         assert_eq!(r.len(), 3);
-        assert!(
-            r[0].lines.last().unwrap().name.contains("marker_fn"),
-            "{:?}",
-            r[0]
-        );
-        assert!(
-            r[1].lines.last().unwrap().name.contains("marker_fn"),
-            "{:?}",
-            r[1]
-        );
+        assert!(r[0].lines.last().unwrap().name.contains("marker_fn"), "{:?}", r[0]);
+        assert!(r[1].lines.last().unwrap().name.contains("marker_fn"), "{:?}", r[1]);
         assert!(r[2].lines.is_empty());
     }
 }

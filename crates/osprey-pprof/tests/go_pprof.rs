@@ -46,11 +46,7 @@ fn pprof(dir: &Path, args: &[&str], file: &Path) -> String {
         .output()
         .expect("run go tool pprof");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "pprof {args:?} failed: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "pprof {args:?} failed: {}\n{text}", String::from_utf8_lossy(&out.stderr));
     text
 }
 
@@ -63,49 +59,26 @@ fn go_tool_pprof_reads_our_files() {
     let dir = std::env::temp_dir().join(format!("osprey-go-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let stack = vec![
-        Frame::Native {
-            addr: addr(gopher_leaf, 4),
-            return_address: false,
-        },
-        Frame::Native {
-            addr: addr(gopher_caller, 8),
-            return_address: true,
-        },
-        Frame::Function {
-            name: "handle_request".into(),
-            file: "app.py".into(),
-            line: 3,
-        },
+        Frame::Native { addr: addr(gopher_leaf, 4), return_address: false },
+        Frame::Native { addr: addr(gopher_caller, 8), return_address: true },
+        Frame::Function { name: "handle_request".into(), file: "app.py".into(), line: 3 },
     ];
-    let tid = Label {
-        key: "thread id".into(),
-        value: LabelValue::Num(99),
-    };
+    let tid = Label { key: "thread id".into(), value: LabelValue::Num(99) };
     let data = ProfileData {
         pid: std::process::id() as i32,
-        sample_types: vec![
-            ("samples".into(), "count".into()),
-            ("cpu".into(), "nanoseconds".into()),
-        ],
+        sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
         period: ("cpu".into(), "nanoseconds".into(), 10_000_000),
         start_realtime_ns: 1_700_000_000_000_000_000,
         duration_ns: 10_000_000_000,
         samples: vec![
-            Sample {
-                frames: stack,
-                values: vec![5, 50_000_000],
-                labels: vec![tid],
-            },
+            Sample { frames: stack, values: vec![5, 50_000_000], labels: vec![tid] },
             Sample {
                 frames: vec![Frame::Synthetic("[osprey] dropped".into())],
                 values: vec![1, 10_000_000],
                 labels: vec![],
             },
             Sample {
-                frames: vec![Frame::Native {
-                    addr: 0x10,
-                    return_address: false,
-                }],
+                frames: vec![Frame::Native { addr: 0x10, return_address: false }],
                 values: vec![1, 10_000_000],
                 labels: vec![],
             },
@@ -116,23 +89,13 @@ fn go_tool_pprof_reads_our_files() {
     let file = write_profile(&dir, &data).unwrap();
 
     let raw = pprof(&dir, &["-raw", "-symbolize=none"], &file);
-    for want in [
-        "gopher_leaf",
-        "gopher_caller",
-        "handle_request",
-        "[osprey] dropped",
-        "thread id",
-        "cpu/nanoseconds",
-    ] {
+    for want in ["gopher_leaf", "gopher_caller", "handle_request", "[osprey] dropped", "thread id", "cpu/nanoseconds"] {
         assert!(raw.contains(want), "-raw lacks {want:?}:\n{raw}");
     }
     eprintln!("{raw}");
     let top = pprof(&dir, &["-top", "-symbolize=none"], &file);
     eprintln!("{top}");
-    assert!(
-        top.contains("gopher_leaf") && top.contains("[osprey] dropped"),
-        "{top}"
-    );
+    assert!(top.contains("gopher_leaf") && top.contains("[osprey] dropped"), "{top}");
     assert!(top.contains("50ms"), "flat time of the leaf:\n{top}");
     let top = pprof(&dir, &["-top", "-sample_index=samples"], &file);
     assert!(top.contains("gopher_leaf"), "{top}");

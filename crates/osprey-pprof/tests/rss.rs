@@ -35,22 +35,11 @@ fn start_program(dir: &Path) -> (Child, u64) {
     let (src, exe) = (dir.join("small.rs"), dir.join("small"));
     std::fs::write(&src, PROGRAM).unwrap();
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let st = Command::new(rustc)
-        .args(["-O", "-C", "debuginfo=1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
+    let st = Command::new(rustc).args(["-O", "-C", "debuginfo=1", "-o"]).arg(&exe).arg(&src).status().unwrap();
     assert!(st.success(), "rustc failed");
-    let mut child = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     let spin = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     (child, spin)
 }
@@ -63,20 +52,14 @@ fn rss_growth_of_one_write() {
     let exe_size = std::fs::metadata(dir.join("small")).unwrap().len();
     let samples = (0..64)
         .map(|i| Sample {
-            frames: vec![Frame::Native {
-                addr: spin + i % 16,
-                return_address: false,
-            }],
+            frames: vec![Frame::Native { addr: spin + i % 16, return_address: false }],
             values: vec![1, 1_000_000],
             labels: vec![],
         })
         .collect();
     let data = ProfileData {
         pid: child.id() as i32,
-        sample_types: vec![
-            ("samples".into(), "count".into()),
-            ("cpu".into(), "nanoseconds".into()),
-        ],
+        sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
         period: ("cpu".into(), "nanoseconds".into(), 1_000_000),
         samples,
         ..ProfileData::default()
@@ -97,28 +80,17 @@ fn rss_growth_of_one_write() {
         retained.push(after - before);
         let p = read_profile(&path).unwrap();
         let names: Vec<&str> = p.function.iter().map(|f| p.string(f.name)).collect();
-        assert!(
-            names.iter().any(|n| n.ends_with("small::spin")),
-            "{names:?}"
-        );
+        assert!(names.iter().any(|n| n.ends_with("small::spin")), "{names:?}");
         // Inlined frames first, the physical function last.
         for loc in &p.location {
-            let outer =
-                p.string(p.function[loc.line.last().unwrap().function_id as usize - 1].name);
+            let outer = p.string(p.function[loc.line.last().unwrap().function_id as usize - 1].name);
             assert!(outer.ends_with("small::spin"), "{outer}");
         }
-        assert_eq!(
-            p.string(p.mapping[0].filename),
-            dir.join("small").to_str().unwrap()
-        );
+        assert_eq!(p.string(p.mapping[0].filename), dir.join("small").to_str().unwrap());
     }
     drop(child.stdin.take());
     child.wait().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     // Once warm, a write must give back what it took (allocator slack aside).
-    assert!(
-        retained[1] < 1024,
-        "a warm write_profile kept {} KiB resident",
-        retained[1]
-    );
+    assert!(retained[1] < 1024, "a warm write_profile kept {} KiB resident", retained[1]);
 }

@@ -11,81 +11,39 @@ const MS: i64 = 1_000_000;
 /// Stacks (root first, as written) and their cpu time in ms:
 /// a;b;c 10, a;b;b 20 (recursion), a 30, a;b;a;b 40 (mutual recursion).
 fn data() -> ProfileData {
-    let f = |n: &str| Frame::Function {
-        name: n.into(),
-        file: "x.py".into(),
-        line: 1,
-    };
+    let f = |n: &str| Frame::Function { name: n.into(), file: "x.py".into(), line: 1 };
     let sample = |root_first: &str, count: i64| {
         let frames = root_first.split(';').rev().map(f).collect();
-        Sample {
-            frames,
-            values: vec![count, count * 10 * MS],
-            labels: vec![],
-        }
+        Sample { frames, values: vec![count, count * 10 * MS], labels: vec![] }
     };
     ProfileData {
-        sample_types: vec![
-            ("samples".into(), "count".into()),
-            ("cpu".into(), "nanoseconds".into()),
-        ],
+        sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
         period: ("cpu".into(), "nanoseconds".into(), 10 * MS),
-        samples: vec![
-            sample("a;b;c", 1),
-            sample("a;b;b", 2),
-            sample("a", 3),
-            sample("a;b;a;b", 4),
-        ],
+        samples: vec![sample("a;b;c", 1), sample("a;b;b", 2), sample("a", 3), sample("a;b;a;b", 4)],
         ..ProfileData::default()
     }
 }
 
 fn profile() -> Profile {
-    encode(&data(), &ProcMaps::default(), |a| {
-        vec![Default::default(); a.len()]
-    })
+    encode(&data(), &ProcMaps::default(), |a| vec![Default::default(); a.len()])
 }
 
 fn stat(name: &str, flat: i64, cum: i64) -> FunctionStat {
-    FunctionStat {
-        name: name.into(),
-        flat,
-        cum,
-    }
+    FunctionStat { name: name.into(), flat, cum }
 }
 
 #[test]
 fn flat_and_cum_with_recursion() {
     let s = summarize(&[profile()], None).unwrap();
-    assert_eq!(
-        s.sample_type,
-        ("cpu".to_string(), "nanoseconds".to_string())
-    );
+    assert_eq!(s.sample_type, ("cpu".to_string(), "nanoseconds".to_string()));
     assert_eq!((s.total, s.samples), (100 * MS, 10));
-    assert_eq!(
-        s.functions,
-        [
-            stat("b", 60 * MS, 70 * MS),
-            stat("a", 30 * MS, 100 * MS),
-            stat("c", 10 * MS, 10 * MS)
-        ]
-    );
-    let folded: Vec<(&str, i64)> = s
-        .folded
-        .iter()
-        .map(|(k, v)| (k.as_str(), *v / MS))
-        .collect();
-    assert_eq!(
-        folded,
-        [("a", 30), ("a;b;a;b", 40), ("a;b;b", 20), ("a;b;c", 10)]
-    );
+    assert_eq!(s.functions, [stat("b", 60 * MS, 70 * MS), stat("a", 30 * MS, 100 * MS), stat("c", 10 * MS, 10 * MS)]);
+    let folded: Vec<(&str, i64)> = s.folded.iter().map(|(k, v)| (k.as_str(), *v / MS)).collect();
+    assert_eq!(folded, [("a", 30), ("a;b;a;b", 40), ("a;b;b", 20), ("a;b;c", 10)]);
 
     // Another sample type by name or index; several profiles are merged.
     let counts = summarize(&[profile(), profile()], Some("samples")).unwrap();
-    assert_eq!(
-        (counts.total, counts.functions[0].clone()),
-        (20, stat("b", 12, 14))
-    );
+    assert_eq!((counts.total, counts.functions[0].clone()), (20, stat("b", 12, 14)));
     assert_eq!(summarize(&[profile()], Some("0")).unwrap().total, 10);
     assert!(summarize(&[profile()], Some("alloc")).is_err());
 }

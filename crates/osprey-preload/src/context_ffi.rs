@@ -27,7 +27,8 @@ unsafe fn str_arg<'a>(p: *const c_char) -> Option<&'a str> {
     if p.is_null() {
         return None;
     }
-    CStr::from_ptr(p).to_str().ok()
+    // SAFETY: non-null and NUL-terminated (the caller's contract).
+    unsafe { CStr::from_ptr(p) }.to_str().ok()
 }
 
 /// Sets tag `key` to `value` on the calling thread. 0 on success; -1 for a
@@ -38,12 +39,14 @@ unsafe fn str_arg<'a>(p: *const c_char) -> Option<&'a str> {
 /// `key` and `value` are NULL or NUL-terminated strings.
 #[no_mangle]
 pub unsafe extern "C" fn osprey_set_tag(key: *const c_char, value: *const c_char) -> c_int {
-    let Some(key) = str_arg(key) else { return -1 };
+    // SAFETY: the caller's contract for `key`.
+    let Some(key) = (unsafe { str_arg(key) }) else { return -1 };
     let r = if value.is_null() {
         context::clear_tag(key)
     } else {
         // Invalid UTF-8 in a value is kept, lossily converted.
-        let v = CStr::from_ptr(value).to_string_lossy();
+        // SAFETY: non-null and NUL-terminated (the caller's contract).
+        let v = unsafe { CStr::from_ptr(value) }.to_string_lossy();
         context::set_tag(key, &v)
     };
     status(r)
@@ -55,7 +58,8 @@ pub unsafe extern "C" fn osprey_set_tag(key: *const c_char, value: *const c_char
 /// `key` is NULL or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn osprey_clear_tag(key: *const c_char) -> c_int {
-    let Some(key) = str_arg(key) else { return -1 };
+    // SAFETY: the caller's contract for `key`.
+    let Some(key) = (unsafe { str_arg(key) }) else { return -1 };
     status(context::clear_tag(key))
 }
 

@@ -2,20 +2,33 @@
 //!
 //! `LD_PRELOAD=libosprey_preload.so CMD` (what `osprey exec` does) starts the
 //! profiler from a constructor, configured by `OSPREY_*` variables (see
-//! `osprey::config`), writes the last profile at `exit`, and interposes
+//! `osprey::Config`), writes the last profile at `exit`, and interposes
 //! `pthread_create` so every new thread registers itself (thread-start path)
 //! before its start routine runs. Threads created any other way are found by
-//! the agent's discovery scan.
+//! the agent's discovery scan. Which processes profile, and which pass the
+//! agent on to the programs they exec, is decided in [`launch`]. The exec
+//! family is interposed (`exec_shim.c`, `exec.rs`) so that no osprey signal
+//! reaches an exec'd program; `abort` and `_exit` write the profile so far
+//! first (`shutdown.rs`); a program that installs a handler for one of
+//! osprey's signals gets it, osprey steps aside (`sigaction.rs`).
 
 mod context_ffi;
+mod exec;
+mod launch;
+mod shutdown;
+mod sigaction;
 
-use osprey::discovery;
+use osprey::internals::threads;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Mutex;
 
 type StartRoutine = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
-type PthreadCreate =
-    unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut libc::c_void) -> libc::c_int;
+type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartRoutine,
+    *mut libc::c_void,
+) -> libc::c_int;
 
 static REAL_PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
 static EXIT_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
@@ -26,8 +39,10 @@ static PROFILER: Mutex<Option<osprey::Profiler>> = Mutex::new(None);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
-    if std::env::var_os("OSPREY_CHILDREN").is_none_or(|v| v != "1") {
-        remove_self_from_ld_preload();
+    shutdown::resolve();
+    sigaction::resolve();
+    if launch::decide() != launch::Role::Native {
+        return;
     }
     // SAFETY: key with a plain extern "C" destructor, created once.
     unsafe {
@@ -53,8 +68,14 @@ extern "C" fn init() {
     }
 }
 
-/// At `exit`: stop sampling and write the last profile.
+/// At `exit`: stop sampling and write the last profile. Only in the process
+/// the agent belongs to: a `vfork` child calling `exit` shares our memory
+/// (taking the guard would rob the parent of its last profile), and a raw
+/// `clone` child has no collector to stop.
 extern "C" fn finish() {
+    if !osprey::internals::agent::owns_process() {
+        return;
+    }
     let p = PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(p) = p {
         let files = p.stop();
@@ -63,21 +84,6 @@ extern "C" fn finish() {
                 eprintln!("osprey: last profile written to {}", f.display());
             }
         }
-    }
-}
-
-/// Programs the target execs are not profiled unless `OSPREY_CHILDREN=1`.
-fn remove_self_from_ld_preload() {
-    let Some(v) = std::env::var_os("LD_PRELOAD") else { return };
-    let v = v.to_string_lossy().into_owned();
-    let kept: Vec<&str> = v
-        .split([':', ' '])
-        .filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so"))
-        .collect();
-    if kept.is_empty() {
-        std::env::remove_var("LD_PRELOAD");
-    } else {
-        std::env::set_var("LD_PRELOAD", kept.join(":"));
     }
 }
 
@@ -100,9 +106,11 @@ pub unsafe extern "C" fn pthread_create(
     let real = real_pthread_create();
     let Some(real) = real else { return libc::EAGAIN };
     let boxed = Box::into_raw(Box::new(Start { routine: start, arg }));
-    let rc = real(thread, attr, trampoline, boxed as *mut libc::c_void);
+    // SAFETY: libc's pthread_create with the caller's arguments; `trampoline` takes over `boxed`.
+    let rc = unsafe { real(thread, attr, trampoline, boxed as *mut libc::c_void) };
     if rc != 0 {
-        drop(Box::from_raw(boxed));
+        // SAFETY: the thread was not created, so `boxed` is still ours.
+        drop(unsafe { Box::from_raw(boxed) });
     }
     rc
 }
@@ -121,16 +129,16 @@ fn real_pthread_create() -> Option<PthreadCreate> {
 extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the Box made in `pthread_create`, handed over once.
     let start = unsafe { Box::from_raw(p as *mut Start) };
-    if discovery::register_current().is_some() {
+    if threads::register_current_with_start(start.routine as usize).is_some() {
         let key = EXIT_KEY.load(Acquire);
         if key != usize::MAX {
             // SAFETY: valid key; non-null marker value so the destructor runs.
-            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, 1 as *const libc::c_void) };
+            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, std::ptr::dangling::<libc::c_void>()) };
         }
     }
     (start.routine)(start.arg)
 }
 
 extern "C" fn thread_exit(_value: *mut libc::c_void) {
-    discovery::unregister_current();
+    threads::unregister_current();
 }

@@ -14,11 +14,12 @@ type Key = (Vec<Frame>, Vec<Label>);
 ///
 /// Values per key: `[samples, cpu ns, gil-wait ns, wall ns]` (wall last:
 /// the default of pprof readers). Invariants, per window:
-/// a thread with an exact clock ([`ThreadSample::thread_cpu`]) and a raw
-/// charge ([`ThreadSample::cpu_ns`]) has `cpu` values adding up (to rounding)
-/// to its clock's advance, in proportion to the raw charges; the samples of
-/// threads without one share what the process CPU clock advanced beyond
-/// those threads, the same way.
+/// a sample of a thread with an exact clock ([`ThreadSample::thread_cpu`])
+/// keeps its exact charge (the thread's CPU since its previous sample); the
+/// samples of threads without one share, in proportion to their raw charges,
+/// what the process CPU clock advanced beyond the exact charges. Every
+/// sample carries `thread id`, `thread name`, `state` and `process` labels, and
+/// an asyncio task's a `task` label.
 pub struct Aggregator {
     pid: i32,
     interval_ns: i64,
@@ -28,17 +29,17 @@ pub struct Aggregator {
     /// Process CPU clock at the window's start, and the latest one seen.
     cpu_start: Option<i64>,
     cpu_last: Option<i64>,
-    /// Values, and the thread id, per (stack, labels).
-    map: HashMap<Key, ([i64; 4], i32)>,
-    threads: HashMap<i32, ThreadWindow>,
-}
-
-/// A thread's exact clock at the window's start and latest, and its raw
-/// charges in the window.
-struct ThreadWindow {
-    start: u64,
-    last: u64,
-    raw: i64,
+    /// Values, and whether the CPU value is exact, per (stack, labels).
+    map: HashMap<Key, ([i64; 4], bool)>,
+    /// Exact CPU charged in the window.
+    exact_cpu: i64,
+    /// The program's name (`/proc/<pid>/comm` when the sampler started),
+    /// kept so profiles written after the process exited still have it.
+    process: String,
+    /// Samples kept with a `[truncated]` frame, and cyclic frame chains, in
+    /// the window (written in the profile's comments).
+    pub truncated: u64,
+    pub cycles: u64,
 }
 
 impl Aggregator {
@@ -55,7 +56,12 @@ impl Aggregator {
             cpu_start: None,
             cpu_last: None,
             map: HashMap::new(),
-            threads: HashMap::new(),
+            exact_cpu: 0,
+            process: std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|n| n.trim_end().to_string())
+                .unwrap_or_default(),
+            truncated: 0,
+            cycles: 0,
         }
     }
 
@@ -71,16 +77,20 @@ impl Aggregator {
                 Label { key: "thread id".into(), value: LabelValue::Num(s.tid as i64) },
                 Label { key: "thread name".into(), value: LabelValue::Str(s.name.clone()) },
                 Label { key: "state".into(), value: LabelValue::Str(s.state.to_string()) },
+                Label { key: "process".into(), value: LabelValue::Str(self.process.clone()) },
             ];
             if let Some(t) = &s.task {
                 labels.push(Label { key: "task".into(), value: LabelValue::Str(t.clone()) });
             }
-            if let Some(c) = s.thread_cpu {
-                let w = self.threads.entry(s.tid).or_insert(ThreadWindow { start: c, last: c, raw: 0 });
-                w.last = c.max(w.last);
-                w.raw += s.cpu_ns;
+            if let Some(why) = s.truncated {
+                self.truncated += 1;
+                self.cycles += (why == crate::stack::End::Cycle) as u64;
             }
-            let (v, _) = self.map.entry((s.frames.clone(), labels)).or_insert(([0; 4], s.tid));
+            let exact = s.thread_cpu.is_some();
+            if exact {
+                self.exact_cpu += s.cpu_ns;
+            }
+            let (v, _) = self.map.entry((s.frames.clone(), labels)).or_insert(([0; 4], exact));
             v[0] += 1;
             v[1] += s.cpu_ns;
             v[2] += s.gil_wait_ns;
@@ -91,38 +101,30 @@ impl Aggregator {
     /// The window's profile, its CPU values rescaled to the process CPU
     /// clock; starts a new window at the latest clock reading.
     pub fn take(&mut self) -> ProfileData {
-        let exact = |w: &ThreadWindow| w.raw > 0;
-        let exact_cpu: i64 = self.threads.values().filter(|w| exact(w)).map(|w| (w.last - w.start) as i64).sum();
-        let rest_raw: i64 = self
-            .map
-            .values()
-            .filter(|(_, tid)| !self.threads.get(tid).is_some_and(exact))
-            .map(|(v, _)| v[1])
-            .sum();
+        let rest_raw: i64 = self.map.values().filter(|(_, exact)| !exact).map(|(v, _)| v[1]).sum();
         let rest_scale = match (self.cpu_start, self.cpu_last) {
-            (Some(a), Some(b)) if rest_raw > 0 => Some((b - a - exact_cpu).max(0) as f64 / rest_raw as f64),
+            (Some(a), Some(b)) if rest_raw > 0 => Some((b - a - self.exact_cpu).max(0) as f64 / rest_raw as f64),
             _ => None,
         };
-        let threads = &self.threads;
         let samples = self
             .map
             .drain()
-            .map(|((frames, labels), (mut v, tid))| {
-                let scale = match threads.get(&tid) {
-                    Some(w) if exact(w) => Some((w.last - w.start) as f64 / w.raw as f64),
-                    _ => rest_scale,
-                };
-                if let Some(k) = scale {
+            .map(|((frames, labels), (mut v, exact))| {
+                if let (false, Some(k)) = (exact, rest_scale) {
                     v[1] = (v[1] as f64 * k).round() as i64;
                 }
                 Sample { frames, values: v.to_vec(), labels }
             })
             .collect();
-        // Threads not sampled in this window are dropped (gone, or idle).
-        self.threads.retain(|_, w| w.raw > 0 || w.last > w.start);
-        for w in self.threads.values_mut() {
-            (w.start, w.raw) = (w.last, 0);
+        self.exact_cpu = 0;
+        let mut comments = self.comments.clone();
+        if self.truncated > 0 || self.cycles > 0 {
+            comments.push(format!(
+                "osprey-python: {} samples kept with a [truncated] frame (stack changing while read, or deeper than the limit), {} cyclic frame chains",
+                self.truncated, self.cycles
+            ));
         }
+        (self.truncated, self.cycles) = (0, 0);
         let start_ns = self.window_start.duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
         let data = ProfileData {
             pid: self.pid,
@@ -136,7 +138,7 @@ impl Aggregator {
             start_realtime_ns: start_ns,
             duration_ns: self.window_instant.elapsed().as_nanos() as i64,
             samples,
-            comments: self.comments.clone(),
+            comments,
             lines: false,
         };
         self.window_start = SystemTime::now();

@@ -36,9 +36,8 @@ impl TaskClock {
         attr[8..16].copy_from_slice(&PERF_COUNT_SW_TASK_CLOCK.to_ne_bytes());
         attr[40..48].copy_from_slice(&(EXCLUDE_KERNEL | EXCLUDE_HV).to_ne_bytes());
         // SAFETY: attr is a valid perf_event_attr of the size it declares.
-        let fd = unsafe {
-            libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), tid, -1i32, -1i32, PERF_FLAG_FD_CLOEXEC)
-        };
+        let fd =
+            unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), tid, -1i32, -1i32, PERF_FLAG_FD_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -67,12 +66,17 @@ mod tests {
     fn follows_own_thread() {
         let tid = unsafe { libc::gettid() };
         let Ok(c) = TaskClock::open(tid) else { return }; // perf unavailable here
-        let a = c.read().unwrap();
-        let t = std::time::Instant::now();
-        while t.elapsed().as_millis() < 20 {
+        let cpu = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: valid out pointer.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+        };
+        let (a, cpu_a) = (c.read().unwrap(), cpu());
+        while cpu() - cpu_a < 20_000_000 {
             std::hint::black_box(0);
         }
         let b = c.read().unwrap();
-        assert!(b - a >= 15_000_000, "{a} -> {b}");
+        assert!(b - a >= 15_000_000, "{a} -> {b} over 20 ms of this thread's CPU time");
     }
 }

@@ -19,9 +19,9 @@ pub enum InstrKind {
 /// Line table format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LineTable {
-    Lnotab,      // < 3.10: co_lnotab
+    Lnotab,       // < 3.10: co_lnotab
     Linetable310, // 3.10: co_linetable (sdelta, ldelta) pairs
-    Locations,   // 3.11+: location table
+    Locations,    // 3.11+: location table
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -73,7 +73,8 @@ pub struct Summary {
     pub samples: u64,
     /// Profile files written.
     pub files: Vec<PathBuf>,
-    /// Stacks dropped because they changed while being read, on every retry.
+    /// Stacks kept with a `[truncated]` frame (changing while read on every
+    /// retry, looping, or too deep).
     pub torn: u64,
     /// Stacks re-read because they changed while being read.
     pub retries: u64,
@@ -249,10 +250,14 @@ pub fn attach_with_sink(
     summary.retries = sampler.stats.retries;
     summary.threads_seen = sampler.stats.threads_seen.len();
     if let Some(e) = &sampler.clock_error {
-        summary.warnings.push(format!("per-thread CPU clocks unavailable ({e}): CPU time goes to runnable threads, preempted ones included"));
+        summary.warnings.push(format!(
+            "per-thread CPU clocks unavailable ({e}): CPU time goes to runnable threads, preempted ones included"
+        ));
     }
     if let Some(e) = &sampler.disc.last_ptrace_error {
-        summary.warnings.push(format!("{} ptrace failures (last: {e}); fell back to the thread lists", sampler.disc.ptrace_errors));
+        summary
+            .warnings
+            .push(format!("{} ptrace failures (last: {e}); fell back to the thread lists", sampler.disc.ptrace_errors));
     }
     Ok(summary)
 }

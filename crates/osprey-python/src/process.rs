@@ -219,11 +219,7 @@ pub fn load_module(pid: i32, maps: &[MapEntry], path: &str, wanted: &[&str]) -> 
     let end = entries.iter().map(|m| m.end).max().unwrap_or(first);
     let info = elf_info(&target_path(pid, path), wanted)?;
     let bias = first.wrapping_sub(info.first_load_vaddr & !0xfff);
-    let symbols = info
-        .symbols
-        .into_iter()
-        .map(|(k, (a, s))| (k, (a.wrapping_add(bias), s)))
-        .collect();
+    let symbols = info.symbols.into_iter().map(|(k, (a, s))| (k, (a.wrapping_add(bias), s))).collect();
     Ok(Module {
         path: path.to_string(),
         bias,
@@ -251,9 +247,8 @@ pub fn exe_path(pid: i32) -> io::Result<String> {
 
 /// Thread ids of the process.
 pub fn list_tids(pid: i32) -> io::Result<Vec<i32>> {
-    let mut v: Vec<i32> = fs::read_dir(format!("/proc/{pid}/task"))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let mut v: Vec<i32> =
+        fs::read_dir(format!("/proc/{pid}/task"))?.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     v.sort_unstable();
     Ok(v)
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use osprey_pprof::Frame;
 
 use crate::cpuclock::TaskClock;
-use crate::stack::{read_stack, CodeCache, StackRead};
+use crate::stack::{read_stack, CodeCache, End, StackRead};
 use crate::state::{classify, ProcFiles, Sys};
 use crate::target::Target;
 use crate::threads::Discovery;
@@ -19,12 +19,18 @@ pub struct ThreadSample {
     pub name: String,
     pub state: &'static str,
     pub on_cpu: bool,
-    /// Raw CPU charge (ns): the wall time since the previous pass if the
-    /// thread is on CPU (or runnable), else 0. Rescaled per profile window
-    /// so that the window's charges add up to the process CPU clock.
+    /// CPU (ns) charged to this sample. With the thread's exact clock
+    /// (`thread_cpu` is Some): the CPU it used since its previous sample,
+    /// exactly, when it is on CPU or runnable now; 0 when it waits (what it
+    /// used is then charged to its next sample that runs). Without: the wall time since the previous pass if the thread
+    /// is on CPU (or runnable), else 0, rescaled per profile window so that
+    /// those charges add up to what the process CPU clock advanced beyond the
+    /// exact threads.
     pub cpu_ns: i64,
     pub tstate: u64,
     pub frames: Vec<Frame>,
+    /// Why the stack ends in a `[truncated]` frame, if it does.
+    pub truncated: Option<End>,
     /// The thread's exact CPU time (ns, from its [`TaskClock`], counted
     /// from when the sampler first saw it), read after the stack.
     pub thread_cpu: Option<u64>,
@@ -38,7 +44,10 @@ pub struct ThreadSample {
 pub struct Stats {
     pub passes: u64,
     pub samples: u64,
+    /// Samples kept with a `[truncated]` frame (any reason), and those of
+    /// them whose frame chain looped.
     pub torn: u64,
+    pub cycles: u64,
     pub retries: u64,
     pub threads_seen: HashSet<i32>,
 }
@@ -54,6 +63,11 @@ pub struct Sampler {
     pub stats: Stats,
     /// Per-thread exact CPU clocks; None where one could not be opened.
     clocks: HashMap<i32, Option<TaskClock>>,
+    /// Each thread's clock at its previous sample.
+    prev_cpu: HashMap<i32, u64>,
+    /// CPU a young thread used before its clock was opened, added to its
+    /// first sample.
+    backfill: HashMap<i32, u64>,
     /// Why the last per-thread clock could not be opened (then `on_cpu`
     /// falls back to the kernel's run state, which counts preempted threads).
     pub clock_error: Option<String>,
@@ -76,6 +90,27 @@ pub fn process_cpu_ns(pid: i32) -> Option<i64> {
     // SAFETY: writes into `ts`.
     let r = unsafe { libc::clock_gettime(clock, &mut ts) };
     (r == 0).then(|| ts.tv_sec * 1_000_000_000 + ts.tv_nsec)
+}
+
+/// Threads younger than this when first seen are charged, at their first
+/// sample, the CPU they used since they started.
+const YOUNG: Duration = Duration::from_secs(1);
+
+/// The CPU (ns) thread `tid` used so far, if it started less than [`YOUNG`]
+/// ago (from its start time in `/proc/.../stat` and its run time in
+/// `/proc/.../schedstat`).
+fn young_thread_cpu(pid: i32, tid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    // Field 22, counted from the fields after the name (which start at 3).
+    let start_ticks: u64 = stat[stat.rfind(')')? + 2..].split_ascii_whitespace().nth(22 - 3)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    if uptime - start_ticks as f64 / hz > YOUNG.as_secs_f64() {
+        return None;
+    }
+    let sched = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    sched.split_whitespace().next()?.parse().ok()
 }
 
 /// The process is gone (exited, or became a zombie).
@@ -130,6 +165,8 @@ impl Sampler {
             tids_at: None,
             stats: Stats::default(),
             clocks: HashMap::new(),
+            prev_cpu: HashMap::new(),
+            backfill: HashMap::new(),
             clock_error: None,
             last_pass: None,
             cpu_clock: None,
@@ -171,6 +208,8 @@ impl Sampler {
         self.procs.retain(&tids);
         self.clocks.retain(|t, _| tids.contains(t));
         self.gil_waits.retain(&tids);
+        self.prev_cpu.retain(|t, _| tids.contains(t));
+        self.backfill.retain(|t, _| tids.contains(t));
         self.tids = tids;
         self.tids_at = Some(Instant::now());
         Ok(())
@@ -235,17 +274,25 @@ impl Sampler {
                     continue;
                 }
             };
+            let fresh = !self.clocks.contains_key(&tid);
             let clock = self.clocks.entry(tid).or_insert_with(|| {
                 TaskClock::open(tid).map_err(|e| self.clock_error = Some(format!("perf_event_open: {e}"))).ok()
             });
+            if fresh && clock.is_some() {
+                // The clock counts from now: its first sample's "since the
+                // previous sample" is since the thread started, when that
+                // was recent (a worker forked or spawned just now).
+                self.backfill.insert(tid, young_thread_cpu(pid, tid).unwrap_or(0));
+            }
             let before = clock.as_ref().and_then(|c| c.read().ok());
             let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries);
             let after = clock.as_ref().and_then(|c| c.read().ok());
-            let mut frames = match read {
-                Ok(StackRead::Ok(f)) => f,
-                Ok(StackRead::Torn) => {
+            let (mut frames, truncated) = match read {
+                Ok(StackRead::Ok(f)) => (f, None),
+                Ok(StackRead::Truncated(f, why)) => {
                     self.stats.torn += 1;
-                    continue;
+                    self.stats.cycles += (why == End::Cycle) as u64;
+                    (f, Some(why))
                 }
                 Err(_) => {
                     if !process_alive(pid) {
@@ -269,21 +316,44 @@ impl Sampler {
                 _ if holds => k.state == 'R',
                 _ => sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R'),
             };
+            // The CPU the thread used since its previous sample on CPU, at the
+            // clock's nanosecond resolution (its first: since the clock
+            // opened, or since it started if it is young).
+            // A thread that waits (not runnable, or inside a sleeping or
+            // blocking call) keeps what it used for its next sample that
+            // runs: idle stacks (`sleeping`, `blocked`) carry none, and a busy thread preempted on a shared
+            // machine does not pile its CPU into one later sample.
+            let cpu_ns = match after {
+                Some(a) if (on_cpu || k.state == 'R') && state != "sleeping" && state != "blocked" => {
+                    let since = a.saturating_sub(self.prev_cpu.insert(tid, a).unwrap_or(0));
+                    (since + self.backfill.remove(&tid).unwrap_or(0)) as i64
+                }
+                _ => 0,
+            };
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);
-            out.push(ThreadSample { tid, name: k.name, state, on_cpu, cpu_ns: 0, tstate, frames, thread_cpu: after, gil_wait_ns, task });
+            out.push(ThreadSample {
+                tid,
+                name: k.name,
+                state,
+                on_cpu,
+                cpu_ns,
+                tstate,
+                frames,
+                truncated,
+                thread_cpu: after,
+                gil_wait_ns,
+                task,
+            });
         }
-        // Each thread on CPU now is charged the wall time since the previous
-        // pass (capped at twice the nominal interval, so a pass delayed by a
-        // busy machine does not put the whole gap on one stack): on-CPU
-        // instants, counted. CPU deltas since the previous pass are not
-        // charged to the stack now: that CPU was spent before it, and with
-        // preemption at syscalls a thread is often parked at the start of
-        // the next function. [`crate::Aggregator`] rescales the charges per
-        // window to the threads' clocks.
+        // Threads without an exact clock: each one on CPU now is charged the
+        // wall time since the previous pass (capped at twice the nominal
+        // interval, so a pass delayed by a busy machine does not put the
+        // whole gap on one stack); [`crate::Aggregator`] rescales these
+        // charges per window to the process CPU clock.
         if let Some(prev_t) = self.last_pass {
             let wall = (now.duration_since(prev_t).as_nanos() as i64).min(2 * self.interval_ns);
-            for s in out.iter_mut().filter(|s| s.on_cpu) {
+            for s in out.iter_mut().filter(|s| s.on_cpu && s.thread_cpu.is_none()) {
                 s.cpu_ns = wall;
             }
         }

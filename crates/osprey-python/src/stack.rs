@@ -1,7 +1,7 @@
 //! Python stacks: frame chains, code objects (cached, invalidated when an
 //! address is reused), strings and line tables of every supported version.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 
 use osprey_pprof::Frame;
@@ -10,7 +10,9 @@ use crate::layout::{InstrKind, Layout, LineTable, FRAME_OWNED_BY_CSTACK};
 use crate::process::{rd_u32, rd_u64, Mem};
 use crate::target::Target;
 
-const MAX_DEPTH: usize = 512;
+/// Frames read per stack, at most (about 1 µs each); a deeper stack keeps
+/// its innermost `MAX_DEPTH` frames and a `[truncated]` frame.
+pub const MAX_DEPTH: usize = 2048;
 
 /// Reads a `str` object.
 pub fn read_unicode(mem: &Mem, l: &Layout, addr: u64) -> io::Result<String> {
@@ -31,8 +33,13 @@ pub fn read_unicode(mem: &Mem, l: &Layout, addr: u64) -> io::Result<String> {
     let b = mem.read_vec(data, len * kind as usize)?;
     let s: String = match kind {
         1 => b.iter().map(|&c| c as char).collect(),
-        2 => b.chunks_exact(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32).unwrap_or('?')).collect(),
-        4 => b.chunks_exact(4).map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('?')).collect(),
+        2 => {
+            b.chunks_exact(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32).unwrap_or('?')).collect()
+        }
+        4 => b
+            .chunks_exact(4)
+            .map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('?'))
+            .collect(),
         _ => return Err(io::Error::other("bad str kind")),
     };
     Ok(s)
@@ -195,6 +202,10 @@ struct CodeEntry {
 pub struct CodeCache {
     map: HashMap<u64, CodeEntry>,
     pub misses: u64,
+    /// Per thread state, the frame addresses of its previous walks, the
+    /// latest innermost first: read again all at once at the next walk (see
+    /// [`Snapshot`]).
+    chains: HashMap<u64, Vec<u64>>,
 }
 
 pub enum FrameErr {
@@ -261,41 +272,224 @@ fn top_frame(t: &Target, tstate: u64) -> io::Result<u64> {
     }
 }
 
-/// Walks the stack of `tstate` once. Frames leaf first.
-fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<(Vec<Frame>, u64, u64), FrameErr> {
+/// Offset of a frame's "running" byte, and the values that mean running.
+type LiveFlag = (usize, fn(u8) -> bool);
+
+/// Where a 3.8–3.10 frame object says whether it is running, and which
+/// values mean it is (3.8/3.9 `f_executing`; 3.10 `f_state` EXECUTING or
+/// UNWINDING). A frame that returned keeps its other fields, so a chain
+/// followed through a stale pointer is told apart by this flag.
+fn live_flag(l: &Layout) -> Option<LiveFlag> {
+    match l.minor {
+        8 | 9 => Some((116, |b| b == 1)),
+        10 => Some((108, |b| b == 0 || b == 2)),
+        _ => None,
+    }
+}
+
+/// How a walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// At the thread's outermost frame.
+    Root,
+    /// At a frame that was not a running frame when read (the stack moved
+    /// under the reader, or the pointer was stale).
+    Torn,
+    /// Deeper than [`MAX_DEPTH`].
+    Deep,
+    /// A frame already seen: the chain loops.
+    Cycle,
+}
+
+struct Walk {
+    frames: Vec<Frame>,
+    /// Addresses of the frames visited, innermost first.
+    chain: Vec<u64>,
+    top: u64,
+    leaf_code: u64,
+    end: End,
+}
+
+/// Frames read in one `process_vm_readv`, before the walk: the addresses
+/// of the previous walk of the same thread, which a call-heavy program
+/// reuses depth for depth (a LIFO free list, or its frame stack). Read in
+/// one system call they are a near-instant picture of the stack, where frame
+/// by frame reads take about a microsecond each while the stack changes
+/// every few hundred nanoseconds. Frames the walk meets elsewhere are read
+/// one by one.
+struct Snapshot {
+    /// The thread's innermost frame pointer, read first in the same call
+    /// (versions without a `cframe` indirection).
+    top: Option<u64>,
+    frames: HashMap<u64, Vec<u8>>,
+}
+
+impl Snapshot {
+    fn read(t: &Target, head: Option<u64>, addrs: &[u64], size: usize) -> Snapshot {
+        let addrs = &addrs[..addrs.len().min(MAX_DEPTH)];
+        let mut top = [0u8; 8];
+        let mut buf = vec![0u8; addrs.len() * size];
+        let mut local = Vec::with_capacity(addrs.len() + 1);
+        let mut remote = Vec::with_capacity(addrs.len() + 1);
+        if let Some(h) = head {
+            local.push(libc::iovec { iov_base: top.as_mut_ptr().cast(), iov_len: 8 });
+            remote.push(libc::iovec { iov_base: h as usize as *mut libc::c_void, iov_len: 8 });
+        }
+        for (c, &a) in buf.chunks_mut(size).zip(addrs) {
+            local.push(libc::iovec { iov_base: c.as_mut_ptr().cast(), iov_len: size });
+            remote.push(libc::iovec { iov_base: a as usize as *mut libc::c_void, iov_len: size });
+        }
+        // SAFETY: `local` describes `top` and `buf`, owned here and outliving
+        // the call; the remote iovecs are only interpreted by the kernel.
+        let n = unsafe {
+            libc::process_vm_readv(t.mem.pid, local.as_ptr(), local.len() as _, remote.as_ptr(), remote.len() as _, 0)
+        };
+        // The kernel stops at the first remote iovec it cannot read: only
+        // what came whole before it counts.
+        let mut n = n.max(0) as usize;
+        let top = match head {
+            Some(_) if n >= 8 => {
+                n -= 8;
+                Some(u64::from_le_bytes(top))
+            }
+            _ => None,
+        };
+        let whole = if head.is_some() && top.is_none() { 0 } else { n / size };
+        let frames = addrs.iter().zip(buf.chunks(size)).take(whole).map(|(a, b)| (*a, b.to_vec())).collect();
+        Snapshot { top, frames }
+    }
+
+    /// The innermost frame of the snapshot itself: the one running frame
+    /// that no other running frame of the snapshot has as its caller, if
+    /// there is exactly one. Used when the stack moved between reading the
+    /// thread's frame pointer and its frames.
+    fn own_top(&self, l: &Layout, live: LiveFlag) -> Option<u64> {
+        let running: Vec<(u64, u64)> = self
+            .frames
+            .iter()
+            .filter(|(_, b)| live.1(b[live.0]))
+            .map(|(a, b)| (*a, rd_u64(b, l.frame_previous as usize)))
+            .collect();
+        let callers: HashSet<u64> = running.iter().map(|r| r.1).collect();
+        let mut tops = running.iter().filter(|r| !callers.contains(&r.0));
+        match (tops.next(), tops.next()) {
+            (Some(t), None) => Some(t.0),
+            _ => None,
+        }
+    }
+}
+
+/// Walks the stack of `tstate` once, leaf first, as far as it is valid.
+fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<Walk, io::Error> {
     let l = &t.layout;
-    let top = top_frame(t, tstate)?;
-    let mut frames = Vec::new();
+    let live = live_flag(l);
+    let size = live.map_or(l.frame_size_to_read, |(o, _)| l.frame_size_to_read.max(o + 1));
+    let hint = cache.chains.remove(&tstate).unwrap_or_default();
+    let head = l.cframe_current_frame.is_none().then_some(tstate + l.tstate_frame);
+    let snap = Snapshot::read(t, head, &hint, size);
+    let top = match snap.top {
+        Some(top) => top,
+        None => top_frame(t, tstate)?,
+    };
+    let mut w = walk_from(t, cache, &snap, top, size, false)?;
+    if w.end == End::Torn {
+        // The stack moved on between the frame pointer and the frames: the
+        // snapshot alone may still hold one whole stack.
+        if let Some(own) = live.and_then(|lv| snap.own_top(l, lv)) {
+            let again = walk_from(t, cache, &snap, own, size, true)?;
+            if again.end == End::Root {
+                w = again;
+            }
+        }
+    }
+    // Addresses of this walk first, then those of earlier walks (the
+    // deeper frames of a stack that was shallower just now), bounded.
+    let mut next = w.chain.clone();
+    let have: HashSet<u64> = next.iter().copied().collect();
+    next.extend(hint.into_iter().filter(|a| !have.contains(a)));
+    next.truncate(HINT_FRAMES.max(w.chain.len()).min(MAX_DEPTH));
+    cache.chains.insert(tstate, next);
+    if cache.chains.len() > 4096 {
+        cache.chains.clear();
+    }
+    Ok(w)
+}
+
+/// Walks from frame `top`, using the snapshot's copies where it has them
+/// (only them when `snapshot_only`).
+fn walk_from(
+    t: &Target,
+    cache: &mut CodeCache,
+    snap: &Snapshot,
+    top: u64,
+    size: usize,
+    snapshot_only: bool,
+) -> io::Result<Walk> {
+    let l = &t.layout;
+    let live = live_flag(l);
+    let mut w = Walk { frames: Vec::new(), top, leaf_code: 0, end: End::Root, chain: Vec::new() };
+    let mut seen = HashSet::new();
     let mut f = top;
-    let mut leaf_code = 0;
     let mut depth = 0;
+    let torn = |e: io::Error| if e.raw_os_error() == Some(libc::ESRCH) { Err(e) } else { Ok(End::Torn) };
     while f != 0 {
         depth += 1;
         if depth > MAX_DEPTH {
-            return Err(FrameErr::Torn);
+            w.end = End::Deep;
+            break;
         }
-        let b = t.mem.read_vec(f, l.frame_size_to_read)?;
+        if !seen.insert(f) {
+            w.end = End::Cycle;
+            break;
+        }
+        w.chain.push(f);
+        let b = match snap.frames.get(&f) {
+            Some(b) => b.clone(),
+            None if snapshot_only => {
+                w.end = End::Torn;
+                break;
+            }
+            None => match t.mem.read_vec(f, size) {
+                Ok(b) => b,
+                Err(e) => {
+                    w.end = torn(e)?;
+                    break;
+                }
+            },
+        };
+        if live.is_some_and(|(o, is_live)| !is_live(b[o])) {
+            w.end = End::Torn;
+            break;
+        }
         let code_raw = rd_u64(&b, l.frame_code as usize);
         // 3.14+: `f_executable` is a stack reference, its low bits a tag.
         let code = code_raw & !7;
         let prev = rd_u64(&b, l.frame_previous as usize);
         let instr_raw = rd_u64(&b, l.frame_instr as usize);
         if depth == 1 {
-            leaf_code = code_raw;
+            // Compared with the raw word re-read later: keep the tag.
+            w.leaf_code = code_raw;
         }
         let owner = l.frame_owner.map(|o| b[o as usize]);
         f = prev;
-        if l.minor >= 12 && owner.is_some_and(|o| o >= FRAME_OWNED_BY_CSTACK) {
+        // Highest owner value a frame can have: 3.14 added one (the C
+        // stack's frames are 4, the interpreter's base frame 3).
+        let max_owner = if l.minor >= 14 { FRAME_OWNED_BY_CSTACK + 1 } else { FRAME_OWNED_BY_CSTACK };
+        if l.minor >= 12 && owner.is_some_and(|o| (FRAME_OWNED_BY_CSTACK..=max_owner).contains(&o)) {
             continue;
         }
-        if code == 0 {
-            return Err(FrameErr::Torn);
+        if owner.is_some_and(|o| o > max_owner) || code == 0 {
+            w.end = End::Torn;
+            break;
         }
-        let Some(e) = cache.entry(t, code)? else {
-            if l.minor >= 13 {
-                continue;
+        let e = match cache.entry(t, code) {
+            Ok(Some(e)) => e,
+            Ok(None) if l.minor >= 13 => continue,
+            Ok(None) | Err(FrameErr::Torn) => {
+                w.end = End::Torn;
+                break;
             }
-            return Err(FrameErr::Torn);
+            Err(FrameErr::Io(e)) => return Err(e),
         };
         if t.is_shim_code(code, &e.name, &e.file) {
             continue;
@@ -309,44 +503,81 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<(Vec<Fram
             }
         };
         let line = e.lines.line(addr.clamp(0, u32::MAX as i64) as u32);
-        frames.push(Frame::Function { name: e.name.clone(), file: e.file.clone(), line: line as i64 });
+        w.frames.push(Frame::Function { name: e.name.clone(), file: e.file.clone(), line: line as i64 });
     }
-    Ok((frames, top, leaf_code))
+    Ok(w)
 }
+
+/// The frame that stands, at the root end of a kept sample, for the part
+/// of the stack that could not be read.
+pub const TRUNCATED: &str = "[truncated]";
 
 /// Outcome of reading one stack.
+#[derive(Debug)]
 pub enum StackRead {
+    /// A stack read to its outermost frame.
     Ok(Vec<Frame>),
-    /// Changed on every attempt: dropped.
-    Torn,
+    /// What could be read, ending (root side) in a `[truncated]` frame: the
+    /// stack kept changing under the reader on every attempt, or looped, or
+    /// was deeper than [`MAX_DEPTH`].
+    Truncated(Vec<Frame>, End),
 }
 
-/// Reads the stack of `tstate`, re-reading when the chain changed while it
-/// was read: checked by re-reading the top frame pointer and the top frame's
-/// code object (a return then a call can reuse the frame's address). The
-/// leaf's instruction moving on within the same frame is not a torn stack.
+/// Reads the stack of `tstate`. Every frame is checked when read (a running
+/// frame, a code object); a walk that meets one that is not, or loops, is
+/// retried up to [`ATTEMPTS`] times, and the longest one is kept with a
+/// `[truncated]` frame if none reaches the outermost frame. A walk that
+/// reaches it is preferred when the innermost frame did not change while it
+/// was read (re-checked: its address and code object); otherwise the last
+/// complete walk is kept, since each of its frames was the running caller
+/// of the one before when read. Never drops a sample.
 pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut u64) -> io::Result<StackRead> {
-    for attempt in 0..3 {
+    let mut complete: Option<Vec<Frame>> = None;
+    let mut longest: Option<Walk> = None;
+    for attempt in 0..ATTEMPTS {
         if attempt > 0 {
             *retries += 1;
         }
-        match walk_once(t, cache, tstate) {
-            Ok((frames, top, leaf_code)) => {
-                let top2 = top_frame(t, tstate)?;
-                if top2 != top {
-                    continue;
+        let w = walk_once(t, cache, tstate)?;
+        match w.end {
+            End::Root => {
+                let still = top_frame(t, tstate)? == w.top
+                    && (w.top == 0 || t.mem.u64(w.top + t.layout.frame_code)? == w.leaf_code);
+                if still {
+                    return Ok(StackRead::Ok(w.frames));
                 }
-                if top != 0 && t.mem.u64(top + t.layout.frame_code)? != leaf_code {
-                    continue;
-                }
-                return Ok(StackRead::Ok(frames));
+                complete = Some(w.frames);
             }
-            Err(FrameErr::Torn) => continue,
-            Err(FrameErr::Io(e)) => return Err(e),
+            End::Deep => {
+                let mut frames = w.frames;
+                frames.push(Frame::Synthetic(TRUNCATED.into()));
+                return Ok(StackRead::Truncated(frames, End::Deep));
+            }
+            End::Torn | End::Cycle => {
+                if longest.as_ref().is_none_or(|l| w.frames.len() > l.frames.len()) {
+                    longest = Some(w);
+                }
+            }
+        }
+        if complete.is_some() && attempt + 1 >= ATTEMPTS_COMPLETE {
+            break;
         }
     }
-    Ok(StackRead::Torn)
+    if let Some(frames) = complete {
+        return Ok(StackRead::Ok(frames));
+    }
+    let w = longest.expect("at least one attempt");
+    let mut frames = w.frames;
+    frames.push(Frame::Synthetic(TRUNCATED.into()));
+    Ok(StackRead::Truncated(frames, w.end))
 }
+
+/// Walks per stack read, at most.
+const ATTEMPTS: u32 = 16;
+/// Frame addresses remembered per thread beyond its last walk's.
+const HINT_FRAMES: usize = 256;
+/// Walks after which a complete walk whose innermost frame moved is kept.
+const ATTEMPTS_COMPLETE: u32 = 3;
 
 #[cfg(test)]
 mod tests {

@@ -66,7 +66,8 @@ impl ProcFiles {
 
     pub fn kernel(&mut self, pid: i32, tid: i32) -> io::Result<KernelThread> {
         if let std::collections::hash_map::Entry::Vacant(e) = self.stat.entry(tid) {
-            e.insert(File::open(format!("/proc/{pid}/task/{tid}/stat"))?);
+            let f = File::open(format!("/proc/{pid}/task/{tid}/stat"))?;
+            e.insert(f);
         }
         let f = &self.stat[&tid];
         let n = Self::pread(f, &mut self.buf)?;

@@ -37,10 +37,7 @@ impl Version {
         let rest = it.next()?;
         let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
         let tail = &rest[digits.len()..];
-        if digits.is_empty()
-            || !tail.chars().all(|c| c.is_ascii_alphanumeric() || c == '+')
-            || tail.len() > 6
-        {
+        if digits.is_empty() || !tail.chars().all(|c| c.is_ascii_alphanumeric() || c == '+') || tail.len() > 6 {
             return None;
         }
         Some(Version { major, minor, micro: digits.parse().ok()? })
@@ -131,7 +128,9 @@ pub fn find_python_module(pid: i32) -> Result<Module, Error> {
     if saw_old {
         return Err(Error::Unsupported("CPython without _PyRuntime (3.6 or older)".into()));
     }
-    Err(Error::NotCpython(format!("process {pid} has no CPython interpreter mapped (no libpython3 and no _PyRuntime in its executable)")))
+    Err(Error::NotCpython(format!(
+        "process {pid} has no CPython interpreter mapped (no libpython3 and no _PyRuntime in its executable)"
+    )))
 }
 
 /// Reads the interpreter version from the process.
@@ -191,7 +190,8 @@ fn decode_pthread(pid: i32, mem: &Mem) -> Result<PthreadKeyLayout, String> {
     let (a, size) = names.iter().find_map(|n| libc.sym_size(n)).ok_or("no pthread_getspecific in libc")?;
     let size = if size == 0 { 160 } else { size.min(512) };
     let code = mem.read_vec(a, size as usize).map_err(|e| e.to_string())?;
-    decode::decode_pthread_getspecific(&code, a).ok_or_else(|| format!("unrecognized pthread_getspecific in {libc_path}"))
+    decode::decode_pthread_getspecific(&code, a)
+        .ok_or_else(|| format!("unrecognized pthread_getspecific in {libc_path}"))
 }
 
 /// The layout of the target: the table (3.8–3.12) or what the
@@ -214,7 +214,9 @@ fn layout_of(
         if let Some(l) = Layout::for_version(version.major, version.minor) {
             return Ok((l, false));
         }
-        return Err(refuse("no _Py_DebugOffsets (\"xdebugpy\") at the start of _PyRuntime to read its layout from".into()));
+        return Err(refuse(
+            "no _Py_DebugOffsets (\"xdebugpy\") at the start of _PyRuntime to read its layout from".into(),
+        ));
     };
     let claimed = crate::target::Version::from_hex(d.version_hex());
     if (claimed.major, claimed.minor) != (version.major, version.minor) {
@@ -349,7 +351,10 @@ impl Target {
                 Err(e) => why = e,
             }
         }
-        Err(Error::Unsupported(format!("CPython {}: the layout it publishes does not check out ({why}); not profiling it", self.version)))
+        Err(Error::Unsupported(format!(
+            "CPython {}: the layout it publishes does not check out ({why}); not profiling it",
+            self.version
+        )))
     }
 
     fn live_once(&self) -> Result<(), String> {

@@ -89,7 +89,8 @@ pub fn list_tstates(t: &Target) -> io::Result<Vec<TstateInfo>> {
     let mut out = Vec::new();
     let mut interp = t.interp_head()?;
     let mut ni = 0;
-    let hdr = l.tstate_next.max(l.tstate_interp).max(l.tstate_thread_id).max(l.tstate_native_thread_id.unwrap_or(0)) + 8;
+    let hdr =
+        l.tstate_next.max(l.tstate_interp).max(l.tstate_thread_id).max(l.tstate_native_thread_id.unwrap_or(0)) + 8;
     while interp != 0 && ni < 64 {
         ni += 1;
         let mut ts = t.mem.u64(interp + l.interp_tstate_head)?;

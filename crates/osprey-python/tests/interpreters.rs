@@ -121,7 +121,13 @@ fn attribution(name: &str) {
     };
     std::thread::sleep(Duration::from_millis(100));
     let t0 = read_truth();
-    let opts = Options { hz: 1000, period: Duration::from_secs(3600), out_dir: std::env::temp_dir(), duration: None, method: None };
+    let opts = Options {
+        hz: 1000,
+        period: Duration::from_secs(3600),
+        out_dir: std::env::temp_dir(),
+        duration: None,
+        method: None,
+    };
     let stop = AtomicBool::new(false);
     let started = std::time::Instant::now();
     let (profiles, summary) = std::thread::scope(|sc| {
@@ -133,7 +139,8 @@ fn attribution(name: &str) {
             });
             (out, r.unwrap_or_else(|e| panic!("attach: {e}")))
         });
-        while started.elapsed() < WALL_LIMIT && read_truth().iter().zip(&t0).map(|(a, b)| a - b).sum::<f64>() < CPU_GOAL {
+        while started.elapsed() < WALL_LIMIT && read_truth().iter().zip(&t0).map(|(a, b)| a - b).sum::<f64>() < CPU_GOAL
+        {
             std::thread::sleep(Duration::from_millis(50));
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -172,7 +179,10 @@ fn attribution(name: &str) {
     for (i, want) in [50.0, 30.0, 20.0].iter().enumerate() {
         assert!((truth[i] - want).abs() <= 6.0, "{name}: workload's own split {truth:?} is off 50/30/20");
     }
-    assert!(max_err <= 3.0, "{name}: attribution error {max_err:.2} points (sampled {a:.1}/{b:.1}/{c:.1}, measured {truth:?})");
+    assert!(
+        max_err <= 3.0,
+        "{name}: attribution error {max_err:.2} points (sampled {a:.1}/{b:.1}/{c:.1}, measured {truth:?})"
+    );
     // Lines are real: f50 is lines 13-17 of workload.py.
     let lines: Vec<i64> = profiles
         .iter()
@@ -234,14 +244,22 @@ fn gc_frame(name: &str) {
     for s in profiles.iter().flat_map(|p| p.samples.iter()) {
         total += s.values[0];
         // The interpreter's own shim after `__init__` (3.13+) is not a Python frame.
-        assert!(!s.frames.iter().any(|f| matches!(f, Frame::Function { file, .. } if file == "__init__")), "{:?}", s.frames);
+        assert!(
+            !s.frames.iter().any(|f| matches!(f, Frame::Function { file, .. } if file == "__init__")),
+            "{:?}",
+            s.frames
+        );
         for (i, f) in s.frames.iter().enumerate() {
             if matches!(f, Frame::Synthetic(n) if n == "[gc]") {
                 assert_eq!(i, 0, "{name}: [gc] not on top: {:?}", s.frames);
                 let caller = func_names(&s.frames[1..]);
                 assert!(
-                    matches!(caller.first(), Some(&"make_cycles") | Some(&"garbage") | Some(&"__init__") | Some(&"Node.__init__")),
-                    "{name}: [gc] above {:?}", s.frames
+                    matches!(
+                        caller.first(),
+                        Some(&"make_cycles") | Some(&"garbage") | Some(&"__init__") | Some(&"Node.__init__")
+                    ),
+                    "{name}: [gc] above {:?}",
+                    s.frames
                 );
                 gc += s.values[0];
             }
@@ -287,7 +305,10 @@ fn gil_wait(name: &str) {
     // Spinners not holding the GIL are also seen runnable (`native`) on a
     // busy machine, so fewer than two wait on average; the wait time
     // must still match the waiting samples (5 ms apart at 200 Hz).
-    assert!((0.5..=2.3).contains(&threads_waiting), "{name}: {threads_waiting:.2} threads waiting for the GIL on average");
+    assert!(
+        (0.5..=2.3).contains(&threads_waiting),
+        "{name}: {threads_waiting:.2} threads waiting for the GIL on average"
+    );
     let per_sample = wait_ns as f64 / waiting as f64 / 5e6;
     assert!((0.65..=1.35).contains(&per_sample), "{name}: {per_sample:.2} intervals of GIL wait per waiting sample");
 }

@@ -259,7 +259,12 @@ fn process_exits_mid_sampling() {
         let _ = w.child.wait();
         drop(w);
     });
-    let opts = Options { hz: 200, period: Duration::from_secs(60), duration: Some(Duration::from_secs(20)), ..Default::default() };
+    let opts = Options {
+        hz: 200,
+        period: Duration::from_secs(60),
+        duration: Some(Duration::from_secs(20)),
+        ..Default::default()
+    };
     let stop = AtomicBool::new(false);
     let mut flushed = Vec::new();
     let t0 = std::time::Instant::now();
@@ -312,7 +317,11 @@ fn edited_debug_offsets() {
             (Ok(t), None) => {
                 assert_eq!(t.version.minor, 16);
                 assert_eq!(t.notes.len(), 1, "{:?}", t.notes);
-                assert!(t.notes[0].contains("CPython 3.16.0 is newer than any osprey was tested with"), "{:?}", t.notes);
+                assert!(
+                    t.notes[0].contains("CPython 3.16.0 is newer than any osprey was tested with"),
+                    "{:?}",
+                    t.notes
+                );
                 let (profiles, s) = sample(w.pid());
                 assert!(s.samples > 10 && !profiles.is_empty(), "{what}: {s:?}");
             }
@@ -329,7 +338,12 @@ fn edited_debug_offsets() {
 }
 
 fn sample(pid: i32) -> (Vec<osprey_pprof::ProfileData>, osprey_python::Summary) {
-    let opts = Options { hz: 100, period: Duration::from_secs(60), duration: Some(Duration::from_secs(1)), ..Default::default() };
+    let opts = Options {
+        hz: 100,
+        period: Duration::from_secs(60),
+        duration: Some(Duration::from_secs(1)),
+        ..Default::default()
+    };
     let stop = AtomicBool::new(false);
     let mut out = Vec::new();
     let s = attach_with_sink(pid, &opts, &stop, &mut |d| {

@@ -74,7 +74,8 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
     g.bench_function("set_tag_id(slot, id)", |b| b.iter(|| context::set_tag_id(black_box(slot), black_box(id))));
     g.bench_function("scope(span, root) + drop", |b| b.iter(|| drop(context::scope(black_box(7), black_box(42)))));
 
-    let (_, rec) = osprey::registry::Registry::get().unwrap().current().unwrap();
+    let (_, rec) =
+        osprey::internals::registry::Registry::get().unwrap().lookup(osprey::internals::signal::sys::gettid()).unwrap();
     context::replace(Some(ContextSnapshot { span_id: 9, local_root_span_id: 42, tags: [3; context::TAG_SLOTS] }));
     g.bench_function("read (handler, valid)", |b| b.iter(|| black_box(black_box(&rec.context).read())));
     context::clear_all();
@@ -82,9 +83,14 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().with_measurement(ThreadCpu);
-    targets = bench
+/// `criterion_group!` defines an undocumented `pub fn`.
+#[allow(missing_docs)]
+mod group {
+    use super::*;
+    criterion_group! {
+        name = benches;
+        config = Criterion::default().with_measurement(ThreadCpu);
+        targets = bench
+    }
 }
-criterion_main!(benches);
+criterion_main!(group::benches);

@@ -1,11 +1,12 @@
-//! Registration figures (issue 3): cost per thread on the thread-start path
+//! Registration figures: cost per thread on the thread-start path
 //! (claim, stack bounds, CPU clock), how long a new thread runs unprimed on
 //! the discovery path, and memory per record.
 //!
 //! `cargo bench -p osprey --bench registry`
 
-use osprey::registry::{Record, Registry};
-use osprey::sys;
+use osprey::internals::record::{Origin, Record};
+use osprey::internals::registry::Registry;
+use osprey::internals::signal::sys;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,21 +27,22 @@ fn main() {
     // Thread-start path: what the interposed pthread_create does before the
     // start routine; and, apart, its two parts: the registration proper
     // (signals blocked, claim, stack bounds) and arming the perf CPU clock.
-    let sig = osprey::handler::STATE.sample_signal.load(Relaxed);
     let (mut start_ns, mut claim_ns, mut clock_ns) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..2000 {
         let h = std::thread::spawn(move || {
             let t0 = sys::monotonic_ns();
-            {
-                let _b = osprey::registry::SignalBlock::all();
-                let _ = reg.claim_current(osprey::registry::Path::ThreadStart);
-                let _ = osprey::discovery::current_stack_bounds();
-            }
+            let rec = {
+                let _b = osprey::internals::threads::SignalBlock::all();
+                let (_, rec) = reg.claim(sys::gettid(), Origin::ThreadStart, sys::monotonic_ns()).unwrap();
+                let _ = osprey::internals::threads::current_stack_bounds();
+                rec
+            };
             let t1 = sys::monotonic_ns();
-            let fd = osprey::sampler::open_cpu_clock(sys::gettid(), 10_000_000, sig).unwrap();
+            osprey::internals::cpu_clock::arm(rec).unwrap();
             let t2 = sys::monotonic_ns();
-            osprey::sampler::close_cpu_clock(fd);
-            osprey::discovery::unregister_current();
+            assert_ne!(rec.clock.load(Relaxed), 0);
+            osprey::internals::cpu_clock::disarm(rec);
+            osprey::internals::threads::unregister_current();
             let t3 = sys::monotonic_ns();
             let r = osprey::register_current_thread();
             let t4 = sys::monotonic_ns();
@@ -96,6 +98,6 @@ fn main() {
     println!(
         "| memory per record | {} bytes ({} of it the sample ring) | |",
         std::mem::size_of::<Record>(),
-        std::mem::size_of::<osprey::storage::SampleRing>()
+        std::mem::size_of::<osprey::internals::record::SampleRing>()
     );
 }

@@ -4,7 +4,7 @@
 //! `cargo bench -p osprey --bench storage`
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use osprey::storage::{CallTraceStorage, Geometry, StorageConfig, ENTRY_BYTES};
+use osprey::internals::storage::{CallTraceStorage, Geometry, StorageConfig, ENTRY_BYTES};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -29,9 +29,11 @@ fn put(c: &mut Criterion) {
     let known = stack(1);
     s.put(0, &known, false, 1, 1, |_| {});
     g.bench_function("known_32_frames", |b| {
-        b.iter(|| s.put(0, black_box(&known), false, 1, 1000, |id| {
-            black_box(id);
-        }))
+        b.iter(|| {
+            s.put(0, black_box(&known), false, 1, 1000, |id| {
+                black_box(id);
+            })
+        })
     });
 
     let s = storage();
@@ -45,7 +47,12 @@ fn put(c: &mut Criterion) {
             while done < iters {
                 s.rotate();
                 let n = (iters - done).min(fill as u64);
-                let stacks: Vec<_> = (0..n).map(|_| { key += 1; stack(key) }).collect();
+                let stacks: Vec<_> = (0..n)
+                    .map(|_| {
+                        key += 1;
+                        stack(key)
+                    })
+                    .collect();
                 let t = Instant::now();
                 for f in &stacks {
                     black_box(s.put(0, f, false, 1, 1000, |_| {}));
@@ -141,9 +148,14 @@ fn all(c: &mut Criterion) {
     throughput(c);
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = all
+/// `criterion_group!` defines an undocumented `pub fn`.
+#[allow(missing_docs)]
+mod group {
+    use super::*;
+    criterion_group! {
+        name = benches;
+        config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+        targets = all
+    }
 }
-criterion_main!(benches);
+criterion_main!(group::benches);

@@ -6,34 +6,59 @@
 //! | `OSPREY_PERIOD` | seconds between profile files (0.1–86400) | 60 |
 //! | `OSPREY_OUT` | output directory | `./profiles` |
 //! | `OSPREY_MAX_DEPTH` | frames kept per stack (1–256) | 128 |
-//! | `OSPREY_THREADS` | thread records pre-allocated | 256 |
+//! | `OSPREY_THREADS` | thread records pre-allocated (1-65536) | 256 |
 //! | `OSPREY_THREADS_GROW` | `0` forbids growing the pool | 1 |
 //! | `OSPREY_SCAN_MS` | discovery scan interval, ms (1–1000) | 10 |
-//! | `OSPREY_MEMORY` | call trace storage budget, bytes (`K`/`M` suffix) | 8M |
+//! | `OSPREY_MEMORY` | call trace storage budget, bytes (`K`/`M`/`G` suffix, 64K-1G) | 8M |
 //! | `OSPREY_SAMPLE_SIGNAL` / `OSPREY_PRIME_SIGNAL` | real-time signal numbers to use | first free from SIGRTMIN+6 / +7 |
 //! | `OSPREY_FORK` | `continue` or `stop` profiling in a forked child | continue |
 //! | `OSPREY_CHILDREN` | `1`: programs the target execs are profiled too | 0 |
 //! | `OSPREY_LINES` | `1`: file, line and inlined frames from DWARF (costs memory at each flush) | 0 |
 //! | `OSPREY_VERBOSE` | `1`: the preloaded agent says on stderr where it wrote the last profile | 0 |
 
+use crate::error::Error;
+use crate::signal::MAX_FRAMES;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Sampling rates accepted, in samples per CPU-second per thread.
+pub const HZ_RANGE: (u32, u32) = (1, 10_000);
+/// Profile periods accepted, in seconds.
+pub const PERIOD_RANGE_S: (f64, f64) = (0.1, 86_400.0);
+/// Call trace storage budgets accepted, in bytes.
+pub const MEMORY_RANGE: (usize, usize) = (64 << 10, 1 << 30);
+/// Most thread records mapped up front (the pool grows past it when allowed).
+pub const MAX_THREADS: usize = 65_536;
+
+/// The agent's settings. [`Config::validate`] is the one place their ranges
+/// are checked; [`Config::from_env`] reads `OSPREY_*` variables over the defaults.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// Samples per CPU-second per thread.
     pub hz: u32,
+    /// Time between profiles.
     pub period: Duration,
+    /// Directory the profiles are written to.
     pub out_dir: PathBuf,
+    /// Frames kept per stack.
     pub max_depth: usize,
+    /// Thread records mapped up front.
     pub threads: usize,
+    /// Whether the record pool may grow past `threads`.
     pub threads_grow: bool,
+    /// Interval of the discovery scan for threads nobody announced.
     pub scan_interval: Duration,
+    /// Interval at which the collector drains the per-thread sample rings.
     pub drain_interval: Duration,
+    /// Call trace storage budget in bytes.
     pub memory_budget: usize,
+    /// Real-time signal for sampling (`None`: the first free one from SIGRTMIN+6).
     pub sample_signal: Option<i32>,
+    /// Real-time signal for priming (`None`: the first free one from SIGRTMIN+7).
     pub prime_signal: Option<i32>,
+    /// Whether a forked child goes on profiling (into its own files).
     pub continue_after_fork: bool,
-    /// Symbolize with DWARF (file, line, inlined frames); see `export::ProfileData::lines`.
+    /// Symbolize with DWARF (file, line, inlined frames); see `osprey_pprof::ProfileData::lines`.
     pub lines: bool,
 }
 
@@ -57,77 +82,120 @@ impl Default for Config {
     }
 }
 
+/// `OSPREY_*` variable of each field that has one (for error messages).
+const ENV: &[(&str, &str)] = &[
+    ("hz", "OSPREY_HZ"),
+    ("period", "OSPREY_PERIOD"),
+    ("out_dir", "OSPREY_OUT"),
+    ("max_depth", "OSPREY_MAX_DEPTH"),
+    ("threads", "OSPREY_THREADS"),
+    ("scan_interval", "OSPREY_SCAN_MS"),
+    ("memory_budget", "OSPREY_MEMORY"),
+    ("sample_signal", "OSPREY_SAMPLE_SIGNAL"),
+    ("prime_signal", "OSPREY_PRIME_SIGNAL"),
+];
+
 impl Config {
     /// Reads `OSPREY_*` variables over the defaults. Errors name the variable.
-    pub fn from_env() -> Result<Config, String> {
+    pub fn from_env() -> Result<Config, Error> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+    /// [`Config::from_env`] over any source of variables.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
         let mut c = Config::default();
         if let Some(v) = get("OSPREY_HZ") {
-            c.hz = parse_range("OSPREY_HZ", &v, 1.0, 10_000.0)? as u32;
+            c.hz = parse_num("OSPREY_HZ", &v)?;
         }
         if let Some(v) = get("OSPREY_PERIOD") {
-            c.period = Duration::from_secs_f64(parse_range("OSPREY_PERIOD", &v, 0.1, 86_400.0)?);
+            let s: f64 = parse_num("OSPREY_PERIOD", &v)?;
+            c.period = Duration::try_from_secs_f64(s)
+                .map_err(|_| Error::config("OSPREY_PERIOD", format!("`{v}` is not a duration in seconds")))?;
         }
         if let Some(v) = get("OSPREY_OUT") {
-            if v.is_empty() {
-                return Err("OSPREY_OUT is empty".into());
-            }
             c.out_dir = PathBuf::from(v);
         }
         if let Some(v) = get("OSPREY_MAX_DEPTH") {
-            c.max_depth = parse_range("OSPREY_MAX_DEPTH", &v, 1.0, 256.0)? as usize;
+            c.max_depth = parse_num("OSPREY_MAX_DEPTH", &v)?;
         }
         if let Some(v) = get("OSPREY_THREADS") {
-            c.threads = parse_range("OSPREY_THREADS", &v, 1.0, 1_000_000.0)? as usize;
+            c.threads = parse_num("OSPREY_THREADS", &v)?;
         }
         if let Some(v) = get("OSPREY_THREADS_GROW") {
             c.threads_grow = parse_bool("OSPREY_THREADS_GROW", &v)?;
         }
         if let Some(v) = get("OSPREY_SCAN_MS") {
-            c.scan_interval = Duration::from_millis(parse_range("OSPREY_SCAN_MS", &v, 1.0, 1000.0)? as u64);
+            c.scan_interval = Duration::from_millis(parse_num("OSPREY_SCAN_MS", &v)?);
         }
         if let Some(v) = get("OSPREY_MEMORY") {
             c.memory_budget = parse_bytes("OSPREY_MEMORY", &v)?;
         }
-        for (key, slot) in [("OSPREY_SAMPLE_SIGNAL", &mut c.sample_signal), ("OSPREY_PRIME_SIGNAL", &mut c.prime_signal)] {
-            if let Some(v) = get(key) {
-                let (lo, hi) = (libc::SIGRTMIN(), libc::SIGRTMAX());
-                *slot = Some(parse_range(key, &v, lo as f64, hi as f64)? as i32);
-            }
+        if let Some(v) = get("OSPREY_SAMPLE_SIGNAL") {
+            c.sample_signal = Some(parse_num("OSPREY_SAMPLE_SIGNAL", &v)?);
+        }
+        if let Some(v) = get("OSPREY_PRIME_SIGNAL") {
+            c.prime_signal = Some(parse_num("OSPREY_PRIME_SIGNAL", &v)?);
         }
         if let Some(v) = get("OSPREY_FORK") {
             c.continue_after_fork = match v.as_str() {
                 "continue" => true,
                 "stop" => false,
-                _ => return Err(format!("OSPREY_FORK must be `continue` or `stop`, not `{v}`")),
+                _ => return Err(Error::config("OSPREY_FORK", format!("must be `continue` or `stop`, not `{v}`"))),
             };
         }
         if let Some(v) = get("OSPREY_LINES") {
             c.lines = parse_bool("OSPREY_LINES", &v)?;
         }
-        c.validate()?;
+        c.validate().map_err(|e| match e {
+            Error::Config { field, reason } => {
+                let var = ENV.iter().find(|(f, _)| *f == field).map_or(field, |(_, v)| v);
+                Error::Config { field: var, reason }
+            }
+            e => e,
+        })?;
         Ok(c)
     }
 
-    /// Checks ranges and that the two signals differ.
-    pub fn validate(&self) -> Result<(), String> {
-        if !(1..=10_000).contains(&self.hz) {
-            return Err(format!("sampling rate {} Hz is out of range (1-10000)", self.hz));
+    /// Checks every range, and that the two signals differ. Errors name the field.
+    pub fn validate(&self) -> Result<(), Error> {
+        let (lo, hi) = HZ_RANGE;
+        if !(lo..=hi).contains(&self.hz) {
+            return Err(Error::config("hz", format!("{} Hz is out of range ({lo}-{hi})", self.hz)));
         }
-        if self.period < Duration::from_millis(100) {
-            return Err("period must be at least 0.1 s".into());
+        let (lo, hi) = PERIOD_RANGE_S;
+        if !(lo..=hi).contains(&self.period.as_secs_f64()) {
+            return Err(Error::config("period", format!("{:?} is out of range ({lo}-{hi} s)", self.period)));
         }
-        if !(1..=crate::handler::MAX_FRAMES).contains(&self.max_depth) {
-            return Err(format!("max depth must be 1-{}", crate::handler::MAX_FRAMES));
+        if self.out_dir.as_os_str().is_empty() {
+            return Err(Error::config("out_dir", "is empty"));
         }
-        if self.memory_budget < 64 << 10 {
-            return Err("storage memory budget must be at least 64K".into());
+        if !(1..=MAX_FRAMES).contains(&self.max_depth) {
+            return Err(Error::config("max_depth", format!("{} is out of range (1-{MAX_FRAMES})", self.max_depth)));
+        }
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(Error::config("threads", format!("{} is out of range (1-{MAX_THREADS})", self.threads)));
+        }
+        if !(1..=1000).contains(&self.scan_interval.as_millis()) {
+            return Err(Error::config(
+                "scan_interval",
+                format!("{:?} is out of range (1-1000 ms)", self.scan_interval),
+            ));
+        }
+        let (lo, hi) = MEMORY_RANGE;
+        if !(lo..=hi).contains(&self.memory_budget) {
+            return Err(Error::config(
+                "memory_budget",
+                format!("{} bytes is out of range (64K-1G)", self.memory_budget),
+            ));
+        }
+        let (rt_lo, rt_hi) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+        for (field, sig) in [("sample_signal", self.sample_signal), ("prime_signal", self.prime_signal)] {
+            if let Some(s) = sig.filter(|s| !(rt_lo..=rt_hi).contains(s)) {
+                return Err(Error::config(field, format!("{s} is not a real-time signal ({rt_lo}-{rt_hi})")));
+            }
         }
         if self.sample_signal.is_some() && self.sample_signal == self.prime_signal {
-            return Err("sampling and priming signals must differ".into());
+            return Err(Error::config("prime_signal", "sampling and priming signals must differ"));
         }
         Ok(())
     }
@@ -138,23 +206,19 @@ impl Config {
     }
 }
 
-fn parse_range(key: &str, v: &str, lo: f64, hi: f64) -> Result<f64, String> {
-    let x: f64 = v.trim().parse().map_err(|_| format!("{key}=`{v}` is not a number"))?;
-    if !(lo..=hi).contains(&x) {
-        return Err(format!("{key}={v} is out of range ({lo}-{hi})"));
-    }
-    Ok(x)
+fn parse_num<T: std::str::FromStr>(key: &'static str, v: &str) -> Result<T, Error> {
+    v.trim().parse().map_err(|_| Error::config(key, format!("`{v}` is not a number")))
 }
 
-fn parse_bool(key: &str, v: &str) -> Result<bool, String> {
+fn parse_bool(key: &'static str, v: &str) -> Result<bool, Error> {
     match v {
         "1" | "true" | "yes" => Ok(true),
         "0" | "false" | "no" => Ok(false),
-        _ => Err(format!("{key} must be 0 or 1, not `{v}`")),
+        _ => Err(Error::config(key, format!("must be 0 or 1, not `{v}`"))),
     }
 }
 
-fn parse_bytes(key: &str, v: &str) -> Result<usize, String> {
+fn parse_bytes(key: &'static str, v: &str) -> Result<usize, Error> {
     let v = v.trim();
     let (num, mul) = match v.chars().last() {
         Some('K' | 'k') => (&v[..v.len() - 1], 1usize << 10),
@@ -165,7 +229,7 @@ fn parse_bytes(key: &str, v: &str) -> Result<usize, String> {
     num.parse::<usize>()
         .ok()
         .and_then(|n| n.checked_mul(mul))
-        .ok_or_else(|| format!("{key}=`{v}` is not a size (e.g. 8M)"))
+        .ok_or_else(|| Error::config(key, format!("`{v}` is not a size (e.g. 8M)")))
 }
 
 #[cfg(test)]
@@ -175,7 +239,7 @@ mod tests {
     fn env(pairs: &[(&str, &str)]) -> Result<Config, String> {
         let m: std::collections::HashMap<String, String> =
             pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Config::from_lookup(|k| m.get(k).cloned())
+        Config::from_lookup(|k| m.get(k).cloned()).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -1,125 +1,92 @@
-//! Finding threads: the thread-start path (a thread registers itself) and
-//! the discovery path (a periodic scan of `/proc/self/task` primes threads
-//! nobody announced with the priming signal).
+//! The discovery path: a scan of `/proc/self/task` that finds threads nobody
+//! announced (the thread-start path is in `crate::threads`), and the
+//! once-a-second check of every thread's CPU clock against its samples.
 //!
-//! inotify on `/proc/self/task` never fires (procfs sends no events), so the
-//! scan runs every `scan_interval` (10 ms by default). A new thread can run
-//! unprimed for at most one interval plus signal delivery; it is not sampled
-//! in that window (its CPU clock is armed only once it has a record), so no
-//! handler ever runs on an unregistered thread because of osprey's clocks.
+//! - A new thread is primed only while it is running (`R` in its `stat`): a
+//!   sleeping thread is never woken by osprey, so its `nanosleep`/`epoll_wait`
+//!   never returns `EINTR` because of priming. A thread that has the priming
+//!   signal blocked is never signalled. A running thread still unregistered
+//!   a second after its priming (the signal may have met a moment where
+//!   the claim could not complete) is primed again, at most
+//!   [`MAX_PRIMES`] times in all, and never while a priming signal is
+//!   still pending for it.
+//! - A thread that blocks the sampling signal (liblzma's workers, any thread
+//!   that masks everything) gets no clock: its CPU time, read from its CPU
+//!   clock, is reported under a `[signals blocked]` frame, and one line on
+//!   stderr says so. Pending signals caused by osprey are thereby bounded by
+//!   the thread count (a POSIX timer keeps at most one pending).
+//! - The scan backs off while nothing changes (up to one second), so its
+//!   cost does not grow with idle threads; the interval comes back down at
+//!   the first change.
 
-use crate::handler::STATE;
-use crate::registry::{state, Path, Record, Registry, SignalBlock};
-use crate::{sampler, sys};
+use crate::cpu_clock::{self, thread_cpu_ns};
+use crate::record::{Record, RecordState};
+use crate::registry::Registry;
+use crate::signal::{sys, STATE};
+use crate::threads::{list_threads, signal_blocked, signal_pending, stack_bounds_of, thread_running};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::*;
+use std::time::Duration;
 
-/// Tids of the threads in this process, from `/proc/self/task`.
-pub fn list_threads() -> std::io::Result<Vec<i32>> {
-    let mut tids: Vec<i32> = std::fs::read_dir("/proc/self/task")?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
+/// How often clocks are checked against samples, and blocked or
+/// unregistered threads' CPU time is accounted.
+const CHECK_NS: u64 = 1_000_000_000;
+
+/// Most priming signals a thread is ever sent.
+pub const MAX_PRIMES: u32 = 3;
+
+/// Passes that look again soon at a new thread found blocking the priming signal.
+const BLOCKED_LOOKS: u32 = 10;
+
+/// Time after which a running thread still unregistered is primed again.
+const REPRIME_NS: u64 = 1_000_000_000;
+
+/// Longest interval the scan backs off to while nothing changes.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// CPU time osprey could not sample, per thread, since the last flush.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unsampled {
+    /// The thread blocks the sampling signal.
+    Blocked(i32),
+    /// The thread has no record (not primed yet, or the pool is exhausted).
+    Unregistered,
 }
 
-/// Stack mapping `[lo, hi)` of the calling thread (pthread_getattr_np; the
-/// main thread's lower bound comes from RLIMIT_STACK). Not signal-safe.
-pub fn current_stack_bounds() -> Option<(usize, usize)> {
-    // SAFETY: attr initialised by pthread_getattr_np and destroyed after use.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return None;
-        }
-        let mut addr: *mut libc::c_void = core::ptr::null_mut();
-        let mut size: libc::size_t = 0;
-        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-        libc::pthread_attr_destroy(&mut attr);
-        ok.then(|| (addr as usize, addr as usize + size))
-    }
-}
-
-/// The mapping of `/proc/self/maps` that contains `sp`. For the main
-/// thread's growable `[stack]` the lower bound is extended to the stack rlimit.
-pub fn stack_bounds_of(sp: usize, maps: &str) -> Option<(usize, usize)> {
-    for line in maps.lines() {
-        let mut parts = line.split_whitespace();
-        let range = parts.next()?;
-        let (a, b) = range.split_once('-')?;
-        let (lo, hi) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
-        if (lo..hi).contains(&sp) {
-            if line.ends_with("[stack]") {
-                return Some((hi.saturating_sub(stack_rlimit()), hi));
-            }
-            return Some((lo, hi));
-        }
-    }
-    None
-}
-
-fn stack_rlimit() -> usize {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: valid out pointer.
-    unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut r) };
-    if r.rlim_cur == libc::RLIM_INFINITY || r.rlim_cur == 0 { 1 << 30 } else { r.rlim_cur as usize }
-}
-
-/// Thread-start path: registers the calling thread, learns its stack and arms
-/// its CPU clock, all with signals blocked. Idempotent.
-pub fn register_current() -> Option<(usize, &'static Record)> {
-    let reg = Registry::get()?;
-    let _blocked = SignalBlock::all();
-    // Outside any handler the pool may grow on the spot: a burst of new
-    // threads can outrun the collector's recycling of exited ones.
-    let (idx, rec) = reg
-        .claim_current(Path::ThreadStart)
-        .or_else(|| if reg.grow_now() { reg.claim_current(Path::ThreadStart) } else { None })?;
-    if rec.stack_hi.load(Acquire) == 0 {
-        if let Some((lo, hi)) = current_stack_bounds() {
-            rec.stack_lo.store(lo, Relaxed);
-            rec.stack_hi.store(hi, Release);
-        }
-    }
-    let _ = sampler::arm(rec);
-    Some((idx, rec))
-}
-
-/// Thread-exit path: disarms and retires the calling thread's record.
-pub fn unregister_current() {
-    let Some(reg) = Registry::get() else { return };
-    let _blocked = SignalBlock::all();
-    if let Some((_, rec)) = reg.current() {
-        sampler::disarm(rec);
-        reg.retire(rec.tid.load(Relaxed));
-    }
-}
-
-/// The periodic scan. Owned by the agent thread.
+/// The scan's state. Owned by the collector thread.
 #[derive(Default)]
 pub struct Discovery {
     /// osprey's own threads: never primed nor sampled.
     pub internal: HashSet<i32>,
-    /// When each unregistered tid was last sent the priming signal.
-    last_primed: HashMap<i32, u64>,
+    /// Tids sent the priming signal: how often, and when last.
+    primed: HashMap<i32, (u32, u64)>,
+    /// How many passes found each unregistered tid blocking the priming signal.
+    blocked_seen: HashMap<i32, u32>,
+    /// An unregistered thread used CPU since the last clock check: scan at
+    /// the shortest interval to catch it running.
+    unregistered_busy: bool,
     /// Tids listed by the previous scan.
     listed: Vec<i32>,
-    /// CPU ns of threads without a record at the last accounting.
-    unsampled: HashMap<i32, u64>,
-    scans: u64,
-    last_account_ns: u64,
-    lost_ns: u64,
+    /// Per thread: CPU ns and samples at the last check.
+    checked: HashMap<i32, (u64, u64)>,
+    /// CPU ns of unregistered threads at the last check.
+    unregistered: HashMap<i32, u64>,
+    /// Accounted since the last `take_unsampled`.
+    unsampled: HashMap<Unsampled, u64>,
+    /// Tids already reported on stderr as blocking the signal.
+    said_blocked: HashSet<i32>,
+    last_check_ns: u64,
+    /// Whether a check has run: threads seen after it count from their start.
+    checked_once: bool,
+    /// The current scan interval (backs off while nothing changes).
+    interval: Option<Duration>,
 }
 
-/// Re-send the priming signal to a thread that has not answered after this long
-/// (it may have had the signal blocked).
-const REPRIME_NS: u64 = 100_000_000;
-
 impl Discovery {
-    /// One pass: prime new threads, finish the setup of primed ones (stack
-    /// bounds, CPU clock), retire records of threads that are gone. Returns
-    /// the tids that appeared since the previous pass.
+    /// One pass: prime new running threads, finish the setup of primed ones
+    /// (stack bounds, CPU clock), retire records of threads that are gone,
+    /// and once a second check clocks against samples. Returns the tids that
+    /// appeared since the previous pass.
     pub fn scan(&mut self, reg: &Registry) -> Vec<i32> {
         let started = sys::monotonic_ns();
         let Ok(tids) = list_threads() else { return vec![] };
@@ -128,93 +95,140 @@ impl Discovery {
             .copied()
             .filter(|t| self.listed.binary_search(t).is_err() && !self.internal.contains(t))
             .collect();
+        let gone = self.listed.iter().any(|t| tids.binary_search(t).is_err());
         let pid = sys::getpid();
         let prime = STATE.prime_signal.load(Relaxed);
         let mut maps: Option<String> = None;
+        let mut waiting = false;
         for &tid in &tids {
             if self.internal.contains(&tid) {
                 continue;
             }
             match reg.lookup(tid) {
-                // An exhausted pool cannot give the thread a record: don't signal
-                // it for nothing (its CPU time is accounted as lost below).
                 None if prime > 0 && reg.free_count() > 0 => {
-                    let last = self.last_primed.get(&tid).copied().unwrap_or(0);
-                    if last == 0 || started.saturating_sub(last) > REPRIME_NS {
-                        sys::tgkill(pid, tid, prime);
-                        self.last_primed.insert(tid, started);
+                    let (count, last) = self.primed.get(&tid).copied().unwrap_or((0, 0));
+                    if count >= MAX_PRIMES || (count > 0 && started.saturating_sub(last) < REPRIME_NS) {
+                        continue;
                     }
+                    if signal_blocked(tid, prime) {
+                        // Never signalled while it blocks the signal (its CPU is
+                        // accounted below). A thread just created blocks every
+                        // signal for a moment: look again soon, a few times.
+                        let seen = self.blocked_seen.entry(tid).or_default();
+                        *seen += 1;
+                        waiting |= *seen <= BLOCKED_LOOKS;
+                    } else if thread_running(tid) && !signal_pending(tid, prime) {
+                        sys::tgkill(pid, tid, prime);
+                        self.primed.insert(tid, (count + 1, started));
+                    }
+                    // Asleep: primed when a scan finds it running; the clock
+                    // check brings the scan back to its shortest interval when
+                    // an unregistered thread used CPU.
                 }
                 None => {}
-                Some((_, rec)) => {
-                    self.last_primed.remove(&tid);
-                    complete_setup(rec, &mut maps);
-                }
+                Some((_, rec)) => waiting |= complete_setup(rec, &mut maps),
             }
         }
-        self.last_primed.retain(|t, _| tids.binary_search(t).is_ok());
-        if started.saturating_sub(self.last_account_ns) >= ACCOUNT_NS || self.scans == 0 {
-            self.account_unsampled(reg, &tids);
-            self.last_account_ns = started;
+        self.primed.retain(|t, _| tids.binary_search(t).is_ok());
+        self.blocked_seen.retain(|t, _| tids.binary_search(t).is_ok());
+        waiting |= std::mem::take(&mut self.unregistered_busy);
+        if started.saturating_sub(self.last_check_ns) >= CHECK_NS {
+            self.check_clocks(reg, &tids);
+            self.last_check_ns = started;
         }
-        self.scans += 1;
         reg.for_each_active(|_, rec| {
             let tid = rec.tid.load(Relaxed);
-            if rec.state() == state::CLAIMED
+            if rec.state() == RecordState::Claimed
                 && rec.registered_ns.load(Relaxed) < started
                 && tids.binary_search(&tid).is_err()
             {
-                sampler::disarm(rec);
+                cpu_clock::disarm(rec);
                 reg.retire(tid);
             }
         });
         self.listed = tids;
+        let changed = !appeared.is_empty() || gone || waiting;
+        self.interval = Some(match (changed, self.interval) {
+            (false, Some(i)) => (i * 2).max(Duration::from_millis(1)).min(MAX_BACKOFF),
+            _ => Duration::ZERO,
+        });
         appeared
     }
-}
 
-/// How often CPU time of threads without a record is accounted as lost samples.
-const ACCOUNT_NS: u64 = 100_000_000;
+    /// When the next scan is due, given the configured (shortest) interval.
+    pub fn next_interval(&self, base: Duration) -> Duration {
+        self.interval.unwrap_or(Duration::ZERO).max(base)
+    }
 
-impl Discovery {
-    /// Threads without a record (not primed yet, or the pool is exhausted) are
-    /// not sampled; their CPU time, read from `/proc/self/task/TID/schedstat`,
-    /// is converted to samples and added to `Registry::dropped_unregistered`, so
-    /// the profile shows what was lost. Threads already present at the first
-    /// scan count from then on; later ones from their start.
-    fn account_unsampled(&mut self, reg: &Registry, tids: &[i32]) {
+    /// Runs the clock check now (before the last profile), whatever its schedule.
+    pub fn check_now(&mut self, reg: &Registry) {
+        if let Ok(tids) = list_threads() {
+            self.check_clocks(reg, &tids);
+            self.last_check_ns = sys::monotonic_ns();
+        }
+    }
+
+    /// CPU time accounted for threads osprey could not sample, since the
+    /// last call.
+    pub fn take_unsampled(&mut self) -> HashMap<Unsampled, u64> {
+        std::mem::take(&mut self.unsampled)
+    }
+
+    /// Every registered thread whose CPU clock advanced by several periods
+    /// with no sample blocks the sampling signal (checked in its `status`):
+    /// its clock is taken away and its CPU time accounted from then on. A
+    /// blocked thread that unblocked gets its clock back. Unregistered
+    /// threads' CPU time is accounted too.
+    fn check_clocks(&mut self, reg: &Registry, tids: &[i32]) {
         let period = STATE.period_ns.load(Relaxed).max(1);
-        let first = self.scans == 0;
-        let mut seen = HashMap::new();
+        let signal = STATE.sample_signal.load(Relaxed);
+        let mut checked = HashMap::new();
+        let mut unregistered = HashMap::new();
         for &tid in tids {
-            if self.internal.contains(&tid) || reg.lookup(tid).is_some() {
+            if self.internal.contains(&tid) {
                 continue;
             }
-            let Some(now) = thread_cpu_ns(tid) else { continue };
-            let before = match self.unsampled.get(&tid) {
-                Some(&b) => b,
-                None if first => now,
-                None => 0,
+            let Some(cpu) = thread_cpu_ns(tid) else { continue };
+            let Some((_, rec)) = reg.lookup(tid) else {
+                let first = if self.checked_once { 0 } else { cpu };
+                let before = self.unregistered.get(&tid).copied().unwrap_or(first);
+                *self.unsampled.entry(Unsampled::Unregistered).or_default() += cpu.saturating_sub(before);
+                self.unregistered_busy |= cpu > before;
+                unregistered.insert(tid, cpu);
+                continue;
             };
-            self.lost_ns += now.saturating_sub(before);
-            seen.insert(tid, now);
+            let samples = rec.samples.load(Relaxed);
+            let (cpu0, samples0) = self.checked.get(&tid).copied().unwrap_or((cpu, samples));
+            let blocked = rec.blocked.load(Relaxed) != 0;
+            if blocked {
+                *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += cpu.saturating_sub(cpu0);
+                if !signal_blocked(tid, signal) {
+                    rec.blocked.store(0, Relaxed);
+                    let _ = cpu_clock::arm(rec);
+                }
+            } else if cpu.saturating_sub(cpu0) >= 3 * period && samples == samples0 && signal_blocked(tid, signal) {
+                cpu_clock::disarm(rec);
+                rec.blocked.store(1, Relaxed);
+                *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += cpu.saturating_sub(cpu0);
+            }
+            if rec.blocked.load(Relaxed) != 0 && self.said_blocked.insert(tid) {
+                eprintln!(
+                    "osprey: thread {tid} '{}' blocks the sampling signal; its CPU time is reported under [signals blocked]",
+                    crate::threads::thread_name(tid)
+                );
+            }
+            checked.insert(tid, (cpu, samples));
         }
-        self.unsampled = seen;
-        if STATE.enabled.load(Relaxed) && self.lost_ns >= period {
-            reg.dropped_unregistered.fetch_add(self.lost_ns / period, Relaxed);
-            self.lost_ns %= period;
-        }
+        self.checked = checked;
+        self.unregistered = unregistered;
+        self.checked_once = true;
+        self.said_blocked.retain(|t| tids.binary_search(t).is_ok());
     }
 }
 
-/// CPU time of thread `tid` in ns (first field of schedstat).
-pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    s.split_whitespace().next()?.parse().ok()
-}
-
-/// Stack bounds and CPU clock for a record claimed by the priming handler.
-fn complete_setup(rec: &Record, maps: &mut Option<String>) {
+/// Stack bounds and CPU clock for a record claimed by the priming handler
+/// (or found without bounds). Returns whether the setup is still incomplete.
+fn complete_setup(rec: &Record, maps: &mut Option<String>) -> bool {
     if rec.stack_hi.load(Acquire) == 0 {
         let sp = rec.primed_sp.load(Relaxed);
         if sp != 0 {
@@ -225,7 +239,8 @@ fn complete_setup(rec: &Record, maps: &mut Option<String>) {
             }
         }
     }
-    if rec.perf_fd.load(Relaxed) < 0 {
-        let _ = sampler::arm(rec);
+    if rec.clock.load(Relaxed) == 0 && rec.blocked.load(Relaxed) == 0 {
+        let _ = cpu_clock::arm(rec);
     }
+    rec.stack_hi.load(Relaxed) == 0
 }

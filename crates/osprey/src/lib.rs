@@ -9,32 +9,109 @@
 //! // ... work; dropping the guard stops sampling and writes the last profile.
 //! ```
 //!
+//! The public API is [`Profiler`] and its [`Builder`], [`Config`], [`Error`],
+//! the trace [`context`] and [`register_current_thread`]. What the preload
+//! library, the CLI, tests and benchmarks reach inside is in the hidden
+//! `internals` module and may change at any time.
+//!
 //! ## Module map
-//! | module | what | signal-safe? |
+//! | module | what | runs in a signal handler? |
 //! |---|---|---|
-//! | [`sys`] | raw syscalls, errno guard, mmap | yes |
-//! | [`registry`] | per-thread records, tid table, free list | lookup/claim: yes |
-//! | [`context`] | per-thread trace context (span ids, tags) | read: yes |
-//! | [`storage`] | call trace hash tables, triple buffer, sample rings | put/push: yes |
-//! | [`unwind`] | frame-pointer unwinder | yes |
-//! | [`handler`] | the signal handlers themselves | yes |
-//! | [`sampler`] | per-thread perf_event CPU clocks | no |
-//! | [`discovery`] | finding and priming threads nobody announced | no |
-//! | [`recorder`] | draining rings, aggregating samples | no |
-//! | [`export`] | pprof encoding, symbolization, files | no |
-//! | [`profiler`] | configuration, start/stop, the scheduler thread | no |
+//! | `signal/` | the handlers, their state, the unwinder, raw syscalls, arch code | **yes, all of it** |
+//! | `record/` | the per-thread record layout: context record, sample ring | read/push: yes |
+//! | `registry/` | the pool of records: `lookup.rs` / `pool.rs` | `lookup.rs` only |
+//! | `storage/` | call trace hash tables, triple buffer: `put.rs` / `rotation.rs` | `put.rs` and what it calls |
+//! | `dispositions` | choosing, installing and restoring osprey's signals | no |
+//! | `cpu_clock` | per-thread perf_event CPU clocks | no |
+//! | `threads` | the thread-start path, stack bounds | no |
+//! | `discovery` | finding and priming threads nobody announced | no |
+//! | `collector/` | the background thread: drain, aggregate, write | no |
+//! | `profiler` | start, stop, fork; which process the agent belongs to | no |
+//! | `shutdown` | last profile on SIGINT/SIGTERM/SIGHUP, `abort`, `_exit` | no (its handler is in `signal/`) |
+//! | `takeover` | stepping aside when the program takes one of osprey's signals | no |
+//! | `exec` | no osprey signal survives into an exec'd program | no |
+//! | `context` | the trace-context API for applications | no (writes the record) |
+//! | `config`, `error`, `mmap` | settings, the error type, mappings | no |
 
-pub mod config;
+mod collector;
+mod config;
 pub mod context;
-pub mod discovery;
-pub mod handler;
-pub mod profiler;
-pub mod recorder;
-pub mod registry;
-pub mod sampler;
-pub mod storage;
-pub mod sys;
-pub mod unwind;
+mod cpu_clock;
+mod discovery;
+mod dispositions;
+mod error;
+mod exec;
+mod mmap;
+mod profiler;
+mod record;
+mod registry;
+mod shutdown;
+mod signal;
+mod storage;
+mod takeover;
+mod threads;
 
 pub use config::Config;
+pub use error::Error;
 pub use profiler::{register_current_thread, Builder, Profiler, ThreadRegistration};
+
+/// Internals for the preload library, the CLI, tests and benchmarks. Not a
+/// stable API.
+#[doc(hidden)]
+pub mod internals {
+    /// Counters, `is_running`, `owns_process`, `runtime_id`, `check_writable`.
+    pub mod agent {
+        pub use crate::profiler::{check_writable, is_running, owns_process, runtime_id, stats, Stats};
+    }
+    /// Per-thread CPU clocks.
+    pub mod cpu_clock {
+        pub use crate::cpu_clock::*;
+    }
+    /// Making exec calls safe while sampling.
+    pub mod exec {
+        pub use crate::exec::*;
+    }
+    /// The last profile on termination signals, `abort`, `_exit`.
+    pub mod shutdown {
+        pub use crate::profiler::flush_bounded;
+        pub use crate::shutdown::{disguised, FLUSH_WAIT, SIGNALS};
+    }
+    /// Stepping aside when the program takes over osprey's signal.
+    pub mod takeover {
+        pub use crate::takeover::step_aside;
+    }
+    /// Finding unannounced threads.
+    pub mod discovery {
+        pub use crate::discovery::*;
+    }
+    /// The thread-start path.
+    pub mod threads {
+        pub use crate::threads::*;
+    }
+    /// Per-thread record layout.
+    pub mod record {
+        pub use crate::record::*;
+    }
+    /// The record pool.
+    pub mod registry {
+        pub use crate::registry::*;
+    }
+    /// Call trace storage.
+    pub mod storage {
+        pub use crate::storage::*;
+    }
+    /// The signal path: state, unwinder, syscalls.
+    pub mod signal {
+        pub use crate::signal::{in_handler, sys, unwind, HandlerState, MAX_FRAMES, STATE};
+    }
+    /// Anonymous zeroed mappings.
+    pub mod mmap {
+        pub use crate::mmap::*;
+    }
+    /// Synthetic frame names the collector writes.
+    pub mod collector {
+        pub use crate::collector::{
+            FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED,
+        };
+    }
+}

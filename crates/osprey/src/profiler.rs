@@ -1,23 +1,22 @@
-//! Starting and stopping the agent, and its background thread.
+//! Starting and stopping the agent.
 //!
 //! One agent per process. `start` installs the handlers, registers the
-//! calling thread, and spawns the `osprey-agent` thread, which scans for new
-//! threads, drains sample rings, and writes a profile every period. Dropping
-//! the [`Profiler`] guard stops sampling, waits for handlers in flight,
-//! writes the last profile, and restores the signal dispositions.
+//! calling thread, and spawns the collector thread (`crate::collector`).
+//! Dropping the [`Profiler`] guard stops sampling, waits for handlers in
+//! flight, writes the last profile, and restores the signal dispositions.
 
+use crate::collector::{self, Agent, Control};
 use crate::config::Config;
-use crate::discovery::{self, Discovery};
-use osprey_pprof as pprof;
-use crate::handler::{self, Installed, STATE};
-use crate::recorder::Recorder;
+use crate::dispositions::{self, Installed};
+use crate::error::Error;
 use crate::registry::{Registry, RegistryConfig};
+use crate::signal::{self, sys, STATE};
 use crate::storage::{CallTraceStorage, StorageConfig};
-use crate::{sampler, sys};
+use crate::{cpu_clock, shutdown, threads};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicPtr, Ordering::*};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Builds a [`Profiler`].
 #[derive(Clone, Debug, Default)]
@@ -26,6 +25,7 @@ pub struct Builder {
 }
 
 impl Builder {
+    /// Replaces the whole configuration.
     pub fn config(mut self, cfg: Config) -> Self {
         self.cfg = cfg;
         self
@@ -40,10 +40,12 @@ impl Builder {
         self.cfg.period = p;
         self
     }
+    /// Directory the profiles are written to (created if missing).
     pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cfg.out_dir = dir.into();
         self
     }
+    /// Frames kept per stack (1-256).
     pub fn max_depth(mut self, d: usize) -> Self {
         self.cfg.max_depth = d;
         self
@@ -54,6 +56,7 @@ impl Builder {
         self.cfg.threads_grow = grow;
         self
     }
+    /// Interval of the scan for threads nobody announced.
     pub fn scan_interval(mut self, d: Duration) -> Self {
         self.cfg.scan_interval = d;
         self
@@ -63,12 +66,13 @@ impl Builder {
         self.cfg.lines = on;
         self
     }
+    /// Call trace storage budget in bytes.
     pub fn memory_budget(mut self, bytes: usize) -> Self {
         self.cfg.memory_budget = bytes;
         self
     }
     /// Starts sampling every thread of the process.
-    pub fn start(self) -> Result<Profiler, String> {
+    pub fn start(self) -> Result<Profiler, Error> {
         start(self.cfg)
     }
 }
@@ -79,21 +83,14 @@ pub struct Profiler {
 }
 
 impl Profiler {
+    /// A builder with the default configuration.
     pub fn builder() -> Builder {
         Builder::default()
     }
 
     /// Writes a profile now (the period restarts). Returns the file written, if any.
-    pub fn flush(&self) -> Result<Option<PathBuf>, String> {
-        let agent = current_agent().ok_or("profiler is not running")?;
-        let (lock, cv) = &*agent.control;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).flush_requested = true;
-        cv.notify_all();
-        let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while g.flush_requested {
-            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-        Ok(g.last_file.clone())
+    pub fn flush(&self) -> Result<Option<PathBuf>, Error> {
+        request_flush(None)
     }
 
     /// Stops sampling, writes the last profile, and returns every file written.
@@ -111,11 +108,70 @@ impl Drop for Profiler {
     }
 }
 
+/// Asks the collector for a profile now and waits for it, at most `limit`.
+/// With a limit, the control lock is only tried until the deadline too (the
+/// caller may be `abort`/`_exit` on a thread that holds it).
+fn request_flush(limit: Option<Duration>) -> Result<Option<PathBuf>, Error> {
+    if !owns_process() {
+        return Err(Error::NotRunning);
+    }
+    let agent = current_agent().ok_or(Error::NotRunning)?;
+    let deadline = limit.map(|l| std::time::Instant::now() + l);
+    let (lock, cv) = &*agent.control;
+    let Some(mut g) = lock_until(lock, deadline) else { return Ok(None) };
+    g.flush_requested = true;
+    cv.notify_all();
+    while g.flush_requested {
+        g = match deadline {
+            None => cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+            Some(d) => {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                cv.wait_timeout(g, left).unwrap_or_else(|e| e.into_inner()).0
+            }
+        };
+    }
+    Ok(g.last_file.clone())
+}
+
+/// Locks `lock`, giving up at `deadline` (None: waits).
+fn lock_until<T>(lock: &Mutex<T>, deadline: Option<std::time::Instant>) -> Option<std::sync::MutexGuard<'_, T>> {
+    let Some(d) = deadline else { return Some(lock.lock().unwrap_or_else(|e| e.into_inner())) };
+    loop {
+        match lock.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < d => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
+/// Writes the profile so far if this process's agent runs, waiting at most
+/// `limit`; for the termination paths (`crate::shutdown`).
+pub(crate) fn flush_within(limit: Duration) {
+    let _ = request_flush(Some(limit));
+}
+
+fn flush_for_shutdown() {
+    flush_within(crate::shutdown::FLUSH_WAIT);
+}
+
+/// Writes the profile so far, waiting at most `shutdown::FLUSH_WAIT` (for
+/// `abort`, `_exit`). Does nothing in a process the agent does not belong to.
+pub fn flush_bounded() {
+    flush_for_shutdown();
+}
+
 /// Registers the calling thread now (thread-start path) instead of waiting for
 /// discovery. Call it first thing in threads you spawn; the guard unregisters
 /// on drop. A no-op if no profiler runs.
 pub fn register_current_thread() -> Option<ThreadRegistration> {
-    discovery::register_current().map(|_| ThreadRegistration(()))
+    threads::register_current().map(|_| ThreadRegistration(()))
 }
 
 /// Keeps the calling thread registered; unregisters it when dropped.
@@ -123,31 +179,24 @@ pub struct ThreadRegistration(());
 
 impl Drop for ThreadRegistration {
     fn drop(&mut self) {
-        discovery::unregister_current();
+        threads::unregister_current();
     }
-}
-
-/// What the agent thread and the stopper share.
-#[derive(Default)]
-struct Control {
-    stop: bool,
-    flush_requested: bool,
-    last_file: Option<PathBuf>,
-    files: Vec<PathBuf>,
-}
-
-struct Agent {
-    cfg: Config,
-    runtime_id: String,
-    control: Arc<(Mutex<Control>, Condvar)>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    handlers: Vec<Installed>,
 }
 
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
 static STORAGE: AtomicPtr<CallTraceStorage> = AtomicPtr::new(core::ptr::null_mut());
 static START_LOCK: Mutex<()> = Mutex::new(());
 static FORK_HOOK: std::sync::Once = std::sync::Once::new();
+/// The process the running agent belongs to. A child made by a raw `clone`
+/// (no fork hooks ran) inherits `AGENT` but not the collector thread, its
+/// clocks or its locks' owners: there the agent must do nothing.
+static AGENT_PID: AtomicI32 = AtomicI32::new(0);
+
+/// Whether an agent runs and belongs to the calling process (not to a
+/// parent this process was cloned from without fork hooks).
+pub fn owns_process() -> bool {
+    current_agent().is_some() && AGENT_PID.load(Acquire) == sys::getpid()
+}
 
 fn current_agent() -> Option<&'static Agent> {
     // SAFETY: agents are leaked (never freed), see `stop`.
@@ -164,17 +213,17 @@ pub fn runtime_id() -> Option<String> {
     current_agent().map(|a| a.runtime_id.clone())
 }
 
-fn start(cfg: Config) -> Result<Profiler, String> {
+fn start(cfg: Config) -> Result<Profiler, Error> {
     cfg.validate()?;
     let _g = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if current_agent().is_some() {
-        return Err("a profiler is already running in this process".into());
+        return Err(Error::AlreadyRunning);
     }
     check_writable(&cfg.out_dir)?;
     let reg = Registry::get_or_init(RegistryConfig { capacity: cfg.threads, growable: cfg.threads_grow })
-        .map_err(|e| format!("cannot map the thread registry: {e}"))?;
+        .map_err(|e| Error::io("cannot map the thread registry", e))?;
     let storage = storage_for(&cfg, reg)?;
-    let (handlers, sample_sig, prime_sig) = install_handlers(&cfg)?;
+    let (installed, sample_sig, prime_sig) = install_handlers(&cfg)?;
     STATE.storage.store(storage as *const _ as *mut _, Release);
     STATE.period_ns.store(cfg.period_ns(), Relaxed);
     STATE.max_depth.store(cfg.max_depth, Relaxed);
@@ -185,13 +234,22 @@ fn start(cfg: Config) -> Result<Profiler, String> {
     let agent: &'static Agent = Box::leak(Box::new(Agent {
         cfg: cfg.clone(),
         runtime_id: new_runtime_id(),
+        storage,
         control: Arc::new((Mutex::new(Control::default()), Condvar::new())),
         thread: Mutex::new(None),
-        handlers,
+        dispositions: installed,
     }));
+    AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(agent as *const _ as *mut _, Release);
-    discovery::register_current();
-    spawn_agent_thread(agent)?;
+    threads::register_current();
+    {
+        // The collector never runs the termination handler (which waits for it).
+        let _blocked = shutdown::BlockTerm::new();
+        collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
+    }
+    if let Err(e) = shutdown::install(flush_for_shutdown) {
+        eprintln!("osprey: cannot start the shutdown thread ({e}); no last profile on SIGINT/SIGTERM/SIGHUP");
+    }
     FORK_HOOK.call_once(|| {
         // SAFETY: registering plain extern "C" callbacks.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
@@ -199,7 +257,7 @@ fn start(cfg: Config) -> Result<Profiler, String> {
     Ok(Profiler { stopped: false })
 }
 
-fn storage_for(cfg: &Config, reg: &Registry) -> Result<&'static CallTraceStorage, String> {
+fn storage_for(cfg: &Config, reg: &Registry) -> Result<&'static CallTraceStorage, Error> {
     // SAFETY: leaked below, never freed.
     if let Some(s) = unsafe { STORAGE.load(Acquire).as_ref() } {
         return Ok(s);
@@ -209,34 +267,37 @@ fn storage_for(cfg: &Config, reg: &Registry) -> Result<&'static CallTraceStorage
 
 /// Maps a new storage and makes it the one handlers use. The old one (if any)
 /// is leaked: a handler may still hold a pointer to it.
-fn new_storage(cfg: &Config, reg: &Registry) -> Result<&'static CallTraceStorage, String> {
+fn new_storage(cfg: &Config, reg: &Registry) -> Result<&'static CallTraceStorage, Error> {
     let s = CallTraceStorage::new(StorageConfig { memory_budget: cfg.memory_budget, max_threads: reg.max_records() })
-        .map_err(|e| format!("cannot map call trace storage: {e}"))?;
+        .map_err(|e| Error::io("cannot map call trace storage", e))?;
     let s: &'static CallTraceStorage = Box::leak(Box::new(s));
     STORAGE.store(s as *const _ as *mut _, Release);
     STATE.storage.store(s as *const _ as *mut _, Release);
     Ok(s)
 }
 
-fn install_handlers(cfg: &Config) -> Result<(Vec<Installed>, i32, i32), String> {
+fn install_handlers(cfg: &Config) -> Result<(Vec<Installed>, i32, i32), Error> {
     let sample = match cfg.sample_signal {
         Some(s) => s,
-        None => handler::free_rt_signal(6, &[]).ok_or("no free real-time signal for sampling")?,
+        None => dispositions::free_rt_signal(6, &[]).ok_or(Error::NoFreeSignal { purpose: "sampling" })?,
     };
     let prime = match cfg.prime_signal {
         Some(s) => s,
-        None => handler::free_rt_signal(7, &[sample]).ok_or("no free real-time signal for priming")?,
+        None => dispositions::free_rt_signal(7, &[sample]).ok_or(Error::NoFreeSignal { purpose: "priming" })?,
     };
-    let a = handler::install(sample, handler::on_sample).map_err(|e| format!("sigaction({sample}): {e}"))?;
-    let b = handler::install(prime, handler::on_prime).map_err(|e| format!("sigaction({prime}): {e}"))?;
+    let a =
+        dispositions::install(sample, signal::on_sample).map_err(|e| Error::io(format!("sigaction({sample})"), e))?;
+    let b = dispositions::install(prime, signal::on_prime).map_err(|e| Error::io(format!("sigaction({prime})"), e))?;
     Ok((vec![a, b], sample, prime))
 }
 
 /// Creates `dir` if needed and checks a file can be written in it.
-pub fn check_writable(dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create output directory {}: {e}", dir.display()))?;
+pub fn check_writable(dir: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(format!("cannot create output directory {}", dir.display()), e))?;
     let probe = dir.join(format!(".osprey-write-test-{}", sys::getpid()));
-    std::fs::write(&probe, b"").map_err(|e| format!("output directory {} is not writable: {e}", dir.display()))?;
+    std::fs::write(&probe, b"")
+        .map_err(|e| Error::io(format!("output directory {} is not writable", dir.display()), e))?;
     let _ = std::fs::remove_file(probe);
     Ok(())
 }
@@ -255,105 +316,27 @@ fn new_runtime_id() -> String {
     format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
-fn spawn_agent_thread(agent: &'static Agent) -> Result<(), String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::Builder::new()
-        .name("osprey-agent".into())
-        .spawn(move || {
-            let _ = tx.send(sys::gettid());
-            agent_loop(agent);
-        })
-        .map_err(|e| format!("cannot start the agent thread: {e}"))?;
-    let _ = rx.recv();
-    *agent.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
-    Ok(())
-}
-
-fn agent_loop(agent: &'static Agent) {
-    let Some(reg) = Registry::get() else { return };
-    // SAFETY: set in `start` before this thread exists.
-    let Some(storage) = (unsafe { STORAGE.load(Acquire).as_ref() }) else { return };
-    let cfg = &agent.cfg;
-    // The agent is not profiled (an interposed pthread_create may have registered it).
-    discovery::unregister_current();
-    let mut discovery = Discovery::default();
-    discovery.internal.insert(sys::gettid());
-    let mut recorder = Recorder::default();
-    let (lock, cv) = &*agent.control;
-    let now = Instant::now();
-    let (mut next_scan, mut next_drain, mut next_flush) = (now, now + cfg.drain_interval, now + cfg.period);
-    loop {
-        let now = Instant::now();
-        if now >= next_scan {
-            let appeared = discovery.scan(reg);
-            recorder.note_threads(&appeared);
-            reg.grow_if_low();
-            next_scan = now + cfg.scan_interval;
-        }
-        if now >= next_drain {
-            recorder.drain(reg);
-            next_drain = now + cfg.drain_interval;
-        }
-        let (stop, flush_now) = {
-            let g = lock.lock().unwrap_or_else(|e| e.into_inner());
-            (g.stop, g.flush_requested)
-        };
-        if stop {
-            break;
-        }
-        if flush_now || now >= next_flush {
-            let file = write(agent, &mut recorder, reg, storage);
-            let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-            g.flush_requested = false;
-            g.last_file = file.clone();
-            g.files.extend(file);
-            cv.notify_all();
-            next_flush = Instant::now() + cfg.period;
-        }
-        let wake = next_scan.min(next_drain).min(next_flush);
-        let g = lock.lock().unwrap_or_else(|e| e.into_inner());
-        if !g.stop && !g.flush_requested {
-            let _ = cv.wait_timeout(g, wake.saturating_duration_since(Instant::now()));
-        }
-    }
-    // Final flush: sampling is already off and no handler is in flight (see `stop`).
-    let file = write(agent, &mut recorder, reg, storage);
-    let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-    g.files.extend(file);
-}
-
-fn write(agent: &Agent, recorder: &mut Recorder, reg: &Registry, storage: &CallTraceStorage) -> Option<PathBuf> {
-    let mut comments = vec![format!("runtime-id={}", agent.runtime_id)];
-    comments.push(format!("osprey {} hz={}", env!("CARGO_PKG_VERSION"), agent.cfg.hz));
-    let mut data = recorder.flush(reg, storage, agent.cfg.period_ns(), comments);
-    data.lines = agent.cfg.lines;
-    if data.samples.is_empty() {
-        return None;
-    }
-    match pprof::write_profile(&agent.cfg.out_dir, &data) {
-        Ok(p) => Some(p),
-        Err(e) => {
-            eprintln!("osprey: cannot write profile to {}: {e}", agent.cfg.out_dir.display());
-            None
-        }
-    }
-}
-
-/// Stops the running agent (if any); returns the files it wrote.
+/// Stops the running agent (if any); returns the files it wrote. In a
+/// process the agent does not belong to (see [`owns_process`]) it does
+/// nothing: the collector to join does not exist there, and `START_LOCK`
+/// may have been copied held.
 fn stop() -> Vec<PathBuf> {
+    if !owns_process() {
+        return vec![];
+    }
     let _g = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let Some(agent) = current_agent() else { return vec![] };
     let Some(reg) = Registry::get() else { return vec![] };
     // 1. No new samples: sampling off (Dekker pair with the handler), clocks closed.
     STATE.enabled.store(false, SeqCst);
-    reg.for_each_active(|_, rec| sampler::disarm(rec));
+    reg.for_each_active(|_, rec| cpu_clock::disarm(rec));
     // 2. Wait for handlers in flight; they are bounded, so this terminates.
     reg.for_each_active(|_, rec| {
         while rec.in_handler.load(SeqCst) != 0 {
             std::thread::yield_now();
         }
     });
-    // 3. Final flush on the agent thread.
+    // 3. Final flush on the collector thread.
     {
         let (lock, cv) = &*agent.control;
         lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
@@ -363,10 +346,11 @@ fn stop() -> Vec<PathBuf> {
         let _ = h.join();
     }
     // 4. Restore dispositions unless a signal is still pending somewhere.
-    for h in &agent.handlers {
-        if !h.restore() {
-            eprintln!("osprey: signal {} still pending; its no-op handler stays installed", h.signal);
-        }
+    shutdown::uninstall();
+    // A signal still pending (on a thread that blocks it) keeps osprey's
+    // handler, a no-op once stopped: SIG_DFL would kill the process.
+    for h in &agent.dispositions {
+        h.restore();
     }
     AGENT.store(core::ptr::null_mut(), Release);
     let files = std::mem::take(&mut agent.control.0.lock().unwrap_or_else(|e| e.into_inner()).files);
@@ -383,11 +367,7 @@ extern "C" fn after_fork_child() {
     // Inherited perf fds belong to the parent's threads: close without
     // disabling (the event is shared with the parent).
     reg.for_each_active(|_, rec| {
-        let fd = rec.perf_fd.swap(-1, AcqRel);
-        if fd >= 0 {
-            // SAFETY: our inherited copy of the fd.
-            unsafe { libc::close(fd) };
-        }
+        cpu_clock::forget_inherited(rec);
         let tid = rec.tid.load(Relaxed);
         if tid != me {
             reg.retire(tid);
@@ -399,11 +379,11 @@ extern "C" fn after_fork_child() {
     });
     // The parent's storage may have its collector lock held or hazards set by
     // threads that do not exist here: the child starts on a fresh one.
-    if new_storage(&agent.cfg, reg).is_err() {
+    let Ok(storage) = new_storage(&agent.cfg, reg) else {
         STATE.enabled.store(false, SeqCst);
         AGENT.store(core::ptr::null_mut(), Release);
         return;
-    }
+    };
     if !agent.cfg.continue_after_fork {
         STATE.enabled.store(false, SeqCst);
         AGENT.store(core::ptr::null_mut(), Release);
@@ -412,28 +392,39 @@ extern "C" fn after_fork_child() {
     let child: &'static Agent = Box::leak(Box::new(Agent {
         cfg: agent.cfg.clone(),
         runtime_id: new_runtime_id(),
+        storage,
         control: Arc::new((Mutex::new(Control::default()), Condvar::new())),
         thread: Mutex::new(None),
-        handlers: vec![],
+        dispositions: vec![],
     }));
+    AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(child as *const _ as *mut _, Release);
-    discovery::register_current();
-    if spawn_agent_thread(child).is_err() {
+    threads::register_current();
+    let _blocked = shutdown::BlockTerm::new();
+    if collector::spawn(child).is_err() {
         STATE.enabled.store(false, SeqCst);
     }
+    let _ = shutdown::start_thread(flush_for_shutdown);
 }
 
 /// Counters for tests and diagnostics.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Stats {
+    /// Sampling signals handled.
     pub signals: u64,
+    /// Priming signals handled.
     pub primed: u64,
+    /// Samples cut at the maximum depth.
     pub truncated: u64,
+    /// Samples taken before the thread's stack bounds were known.
     pub leaf_only: u64,
+    /// Samples on threads without a record.
     pub dropped_unregistered: u64,
+    /// Claims refused because the record pool was exhausted.
     pub registry_exhausted: u64,
 }
 
+/// The agent's counters now.
 pub fn stats() -> Stats {
     let reg = Registry::get();
     Stats {

@@ -2,7 +2,7 @@
 //! the writer's record cache surviving record recycling.
 
 use osprey::context::{self, ContextSnapshot, TAG_SLOTS};
-use osprey::registry::Registry;
+use osprey::internals::registry::Registry;
 
 fn ids() -> Option<(u64, u64)> {
     context::current().map(|c| (c.span_id, c.local_root_span_id))
@@ -15,7 +15,7 @@ fn set_current_clear() {
         context::set(7, 3);
         assert_eq!(ids(), Some((7, 3)));
         // The handler-side read of this thread's record agrees.
-        let (_, rec) = Registry::get().unwrap().current().unwrap();
+        let (_, rec) = Registry::get().unwrap().lookup(osprey::internals::signal::sys::gettid()).unwrap();
         assert_eq!(rec.context.read(), context::current());
         context::clear();
         assert_eq!(context::current(), None);
@@ -100,13 +100,13 @@ fn cache_follows_record_recycling() {
     std::thread::spawn(|| {
         context::set(11, 11);
         let reg = Registry::get().unwrap();
-        let (idx, old) = reg.current().unwrap();
+        let (idx, old) = reg.lookup(osprey::internals::signal::sys::gettid()).unwrap();
         // Pretend this thread exited and its record was reused.
-        assert!(reg.retire(osprey::sys::gettid()));
+        assert!(reg.retire(osprey::internals::signal::sys::gettid()));
         reg.recycle(idx);
         assert_eq!(old.context.read(), None, "recycled record was reset");
         context::set(12, 12);
-        let (_, new) = reg.current().expect("re-registered on the next write");
+        let (_, new) = reg.lookup(osprey::internals::signal::sys::gettid()).expect("re-registered on the next write");
         assert_eq!(
             new.context.read(),
             Some(ContextSnapshot { span_id: 12, local_root_span_id: 12, tags: [0; TAG_SLOTS] })

@@ -1,6 +1,6 @@
 //! Checksum properties and corruption detection of `ContextRecord::read`.
 
-use osprey::context::{checksum, tags_term, torn_reads, ContextRecord, ContextSnapshot, KNUTH, TAG_SLOTS};
+use osprey::internals::record::{checksum, tags_term, torn_reads, ContextRecord, ContextSnapshot, KNUTH, TAG_SLOTS};
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 

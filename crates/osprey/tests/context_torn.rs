@@ -7,7 +7,7 @@
 //! signals start (never thread_local).
 
 use osprey::context::{self, ContextSnapshot, TAG_SLOTS};
-use osprey::registry::Record;
+use osprey::internals::record::{torn_reads, Record};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,7 @@ fn valid(c: &ContextSnapshot) -> bool {
 
 extern "C" fn on_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
     SIGNALS.fetch_add(1, Relaxed);
-    let tid = osprey::sys::gettid();
+    let tid = osprey::internals::signal::sys::gettid();
     let Some(i) = (0..WRITERS).find(|&i| TIDS[i].load(Acquire) == tid) else {
         UNKNOWN_THREAD.fetch_add(1, Relaxed);
         return;
@@ -55,9 +55,9 @@ extern "C" fn on_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c
 
 fn writer(i: usize) -> u64 {
     context::set(1, 3); // registers this thread
-    let rec = osprey::registry::current_or_register().unwrap();
+    let rec = osprey::internals::threads::current_or_register().unwrap();
     RECS[i].store(rec as *const Record as *mut Record, Release);
-    TIDS[i].store(osprey::sys::gettid(), Release);
+    TIDS[i].store(osprey::internals::signal::sys::gettid(), Release);
     READY.fetch_add(1, Release);
     let base = (i as u64 + 1) << 40;
     let mut n = 0u64;
@@ -87,19 +87,19 @@ fn no_torn_context_under_signals() {
         libc::sigemptyset(&mut sa.sa_mask);
         assert_eq!(libc::sigaction(sig, &sa, std::ptr::null_mut()), 0);
     }
-    let torn_before = context::torn_reads();
+    let torn_before = torn_reads();
     let writers: Vec<_> = (0..WRITERS).map(|i| std::thread::spawn(move || writer(i))).collect();
     while READY.load(Acquire) < WRITERS {
         std::thread::yield_now();
     }
-    let pid = osprey::sys::getpid();
+    let pid = osprey::internals::signal::sys::getpid();
     let tids: Vec<i32> = TIDS.iter().map(|t| t.load(Acquire)).collect();
     let start = Instant::now();
     let sender = std::thread::spawn(move || {
         let mut sent = 0u64;
         while start.elapsed() < RUN {
             for &t in &tids {
-                if osprey::sys::tgkill(pid, t, sig) == 0 {
+                if osprey::internals::signal::sys::tgkill(pid, t, sig) == 0 {
                     sent += 1;
                 }
             }
@@ -119,7 +119,7 @@ fn no_torn_context_under_signals() {
 
     let (labelled, unlabelled, violations) =
         (LABELLED.load(Relaxed), UNLABELLED.load(Relaxed), VIOLATIONS.load(Relaxed));
-    let torn = context::torn_reads() - torn_before;
+    let torn = torn_reads() - torn_before;
     eprintln!(
         "torn stress: {writes} writes ({:.2} M/s/thread), {sent} signals sent, {} handled ({:.0}/s), \
          {labelled} labelled, {unlabelled} read None (write in progress), {violations} violations, \

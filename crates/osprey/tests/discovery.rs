@@ -1,10 +1,11 @@
-//! Discovery path (issue 3): threads nobody announced are found and primed
+//! Discovery path: threads nobody announced are found and primed
 //! within the stated latency — one made by libc's own `pthread_create`
 //! looked up with `dlsym`, and one made by a raw `clone` that makes no libc
 //! call at all.
 
-use osprey::registry::{Path, Registry};
-use osprey::sys;
+use osprey::internals::record::Origin;
+use osprey::internals::registry::Registry;
+use osprey::internals::signal::sys;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ fn unprimed_for() -> Duration {
     assert_ne!(tid, 0, "thread never started");
     loop {
         if let Some((_, rec)) = reg.lookup(tid) {
-            assert_eq!(rec.path.load(Relaxed), Path::Discovery as u32);
+            assert_eq!(rec.origin(), Some(Origin::Discovery));
             let ns = rec.registered_ns.load(Relaxed).saturating_sub(STARTED_NS.load(SeqCst));
             return Duration::from_nanos(ns);
         }
@@ -76,6 +77,7 @@ fn finds_thread_from_dlsym_pthread_create() {
     let mut worst = Duration::ZERO;
     for _ in 0..5 {
         reset();
+        // SAFETY: looks up the next pthread_create, which has this signature.
         let create: PthreadCreate = unsafe {
             let libc_handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
             assert!(!libc_handle.is_null());
@@ -84,10 +86,12 @@ fn finds_thread_from_dlsym_pthread_create() {
             std::mem::transmute::<*mut libc::c_void, PthreadCreate>(f)
         };
         let mut th: libc::pthread_t = 0;
+        // SAFETY: valid out pointer and start routine.
         assert_eq!(unsafe { create(&mut th, std::ptr::null(), pthread_body, std::ptr::null_mut()) }, 0);
         let lat = unprimed_for();
         worst = worst.max(lat);
         STOP.store(true, SeqCst);
+        // SAFETY: joins the thread created above.
         unsafe { libc::pthread_join(th, std::ptr::null_mut()) };
     }
     eprintln!("dlsym pthread_create: worst unprimed time {worst:?}");
@@ -103,6 +107,7 @@ extern "C" fn clone_body(_: *mut libc::c_void) -> libc::c_int {
     while !STOP.load(Relaxed) {
         x = std::hint::black_box(x.wrapping_add(1));
     }
+    // SAFETY: plain libc calls on values owned by this test.
     unsafe {
         std::arch::asm!("syscall", in("rax") libc::SYS_exit, in("rdi") 0, options(noreturn));
     }
@@ -111,6 +116,7 @@ extern "C" fn clone_body(_: *mut libc::c_void) -> libc::c_int {
 fn raw_monotonic_ns() -> u64 {
     let mut ts = [0i64; 2];
     let r: i64;
+    // SAFETY: plain libc calls on values owned by this test.
     unsafe {
         std::arch::asm!("syscall", inlateout("rax") libc::SYS_clock_gettime => r,
             in("rdi") libc::CLOCK_MONOTONIC, in("rsi") ts.as_mut_ptr(), out("rcx") _, out("r11") _);
@@ -126,13 +132,14 @@ fn finds_raw_clone_thread() {
     let dir = out_dir();
     let p = osprey::Profiler::builder().out_dir(&dir).hz(1000).start().unwrap();
     const STACK: usize = 1 << 20;
-    let stack = sys::map_zeroed(STACK).unwrap();
+    let stack = osprey::internals::mmap::map_zeroed(STACK).unwrap();
     let flags = libc::CLONE_VM
         | libc::CLONE_FS
         | libc::CLONE_FILES
         | libc::CLONE_SIGHAND
         | libc::CLONE_THREAD
         | libc::CLONE_SYSVSEM;
+    // SAFETY: the child runs `clone_body` on its own mapped stack and shares nothing it may free.
     let tid = unsafe { libc::clone(clone_body, stack.add(STACK) as *mut libc::c_void, flags, std::ptr::null_mut()) };
     assert!(tid > 0, "clone failed");
     let lat = unprimed_for();

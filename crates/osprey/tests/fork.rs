@@ -1,16 +1,15 @@
-//! Fork (issue 3): the child starts with a registry holding only its one
+//! Fork: the child starts with a registry holding only its one
 //! thread and keeps profiling into its own files; with `OSPREY_FORK=stop`
 //! semantics (`continue_after_fork = false`) it stops cleanly.
 
-use osprey::registry::{state, Registry};
+mod common;
+
+use osprey::internals::record::RecordState;
+use osprey::internals::registry::Registry;
 use std::time::Duration;
 
 fn burn(d: Duration) {
-    let end = std::time::Instant::now() + d;
-    let mut x = 1u64;
-    while std::time::Instant::now() < end {
-        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-    }
+    common::burn_cpu(d);
 }
 
 fn files_of(dir: &std::path::Path, pid: i32) -> usize {
@@ -31,15 +30,16 @@ fn child_keeps_profiling_with_a_clean_registry() {
     // Some busy threads in the parent, so the child has records to drop.
     let hs: Vec<_> = (0..3).map(|_| std::thread::spawn(|| burn(Duration::from_millis(600)))).collect();
     std::thread::sleep(Duration::from_millis(100));
+    // SAFETY: the child only runs async-signal-safe work and `_exit`s.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // Child: one thread, one claimed record, and it is ours.
         let code = std::panic::catch_unwind(|| {
             let reg = Registry::get().unwrap();
-            let me = osprey::sys::gettid();
+            let me = osprey::internals::signal::sys::gettid();
             let mut claimed = vec![];
             reg.for_each_active(|_, r| {
-                if r.state() == state::CLAIMED {
+                if r.state() == RecordState::Claimed {
                     claimed.push(r.tid.load(std::sync::atomic::Ordering::Relaxed));
                 }
             });
@@ -50,9 +50,11 @@ fn child_keeps_profiling_with_a_clean_registry() {
             let prof = osprey_pprof::read_profile(&files[0]).unwrap();
             assert!(prof.sample.iter().map(|s| s.value[0]).sum::<i64>() > 100, "child barely sampled");
         });
+        // SAFETY: ends the forked child without running the parent's exit handlers.
         unsafe { libc::_exit(if code.is_ok() { 0 } else { 1 }) };
     }
     let mut status = 0;
+    // SAFETY: valid out pointer.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child failed: {status:#x}");
     for h in hs {
@@ -70,17 +72,20 @@ fn child_stops_cleanly_when_asked() {
     let dir = std::env::temp_dir().join(format!("osprey-fork-stop-{}", std::process::id()));
     let cfg = osprey::Config { continue_after_fork: false, out_dir: dir.clone(), hz: 1000, ..Default::default() };
     let p = osprey::Profiler::builder().config(cfg).start().unwrap();
+    // SAFETY: the child only runs async-signal-safe work and `_exit`s.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let ok = std::panic::catch_unwind(|| {
-            assert!(!osprey::profiler::is_running(), "profiling went on in the child");
+            assert!(!osprey::internals::agent::is_running(), "profiling went on in the child");
             burn(Duration::from_millis(300));
             assert!(p.stop().is_empty(), "child wrote a profile although asked to stop");
         })
         .is_ok();
+        // SAFETY: ends the forked child without running the parent's exit handlers.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
     let mut status = 0;
+    // SAFETY: valid out pointer.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child failed: {status:#x}");
     burn(Duration::from_millis(200));

@@ -8,24 +8,29 @@ use std::time::{Duration, Instant};
 
 struct Guarded;
 
+// SAFETY: forwards to the system allocator unchanged.
 unsafe impl GlobalAlloc for Guarded {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         check();
-        System.alloc(l)
+        // SAFETY: the caller's GlobalAlloc contract, passed on.
+        unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         check();
-        System.dealloc(p, l)
+        // SAFETY: as above.
+        unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         check();
-        System.realloc(p, l, n)
+        // SAFETY: as above.
+        unsafe { System.realloc(p, l, n) }
     }
 }
 
 fn check() {
-    if osprey::handler::in_handler() {
+    if osprey::internals::signal::in_handler() {
         let msg = b"FATAL: allocation inside an osprey signal handler\n";
+        // SAFETY: write(2) of a static buffer, then abort.
         unsafe {
             libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len());
             libc::abort();
@@ -57,17 +62,17 @@ fn handlers_never_allocate() {
             })
         })
         .collect();
-    let prime = osprey::handler::STATE.prime_signal.load(std::sync::atomic::Ordering::Relaxed);
+    let prime = osprey::internals::signal::STATE.prime_signal.load(std::sync::atomic::Ordering::Relaxed);
     while Instant::now() < end {
-        for t in osprey::discovery::list_threads().unwrap() {
-            osprey::sys::tgkill(osprey::sys::getpid(), t, prime);
+        for t in osprey::internals::threads::list_threads().unwrap() {
+            osprey::internals::signal::sys::tgkill(osprey::internals::signal::sys::getpid(), t, prime);
         }
         std::thread::sleep(Duration::from_micros(200));
     }
     for h in hs {
         assert!(h.join().unwrap() > 0);
     }
-    let stats = osprey::profiler::stats();
+    let stats = osprey::internals::agent::stats();
     drop(p);
     assert!(stats.signals > 1000, "too few samples to mean anything: {stats:?}");
     assert!(stats.primed > 100, "too few priming signals: {stats:?}");
@@ -76,16 +81,60 @@ fn handlers_never_allocate() {
 /// The guard works: an allocation while marked in-handler aborts (checked in a forked child).
 #[test]
 fn guard_catches_allocation_in_handler() {
-    let reg = osprey::registry::Registry::get_or_init(Default::default()).unwrap();
+    let reg = osprey::internals::registry::Registry::get_or_init(Default::default()).unwrap();
+    // SAFETY: the child only sleeps and `_exit`s.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        let d = reg.handler_depth(osprey::sys::gettid()).unwrap();
+        let d = reg.handler_depth(osprey::internals::signal::sys::gettid()).unwrap();
         d.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let b = std::hint::black_box(Box::new([0u8; 64]));
         drop(b);
+        // SAFETY: ends the forked child.
         unsafe { libc::_exit(0) };
     }
     let mut status = 0;
+    // SAFETY: valid out pointer.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGABRT, "guard did not fire");
+}
+
+/// The termination handler (SIGTERM with the default disposition) does not
+/// allocate either: a copy of this test binary samples allocating threads at
+/// 5 kHz and gets SIGTERM; it must die of SIGTERM (the guard would make it
+/// SIGABRT) after writing its last profile.
+#[test]
+fn termination_handler_never_allocates() {
+    const CHILD: &str = "OSPREY_NOALLOC_TERM_CHILD";
+    if let Some(dir) = std::env::var_os(CHILD) {
+        let _p = osprey::Profiler::builder().out_dir(&dir).hz(5000).period(Duration::from_secs(60)).start().unwrap();
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    let mut v: Vec<Vec<u8>> = Vec::new();
+                    loop {
+                        v.push(vec![1u8; 200]);
+                        if v.len() > 1000 {
+                            v.clear();
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: signalling this very process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+        std::thread::sleep(Duration::from_secs(30));
+        drop(workers);
+        unreachable!("SIGTERM did not end the process");
+    }
+    let dir = std::env::temp_dir().join(format!("osprey-noalloc-term-{}", std::process::id()));
+    let st = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "termination_handler_never_allocates", "--nocapture"])
+        .env(CHILD, &dir)
+        .status()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(libc::SIGTERM), "{st:?}");
+    let written = std::fs::read_dir(&dir).unwrap().flatten().any(|e| e.path().to_string_lossy().ends_with(".pb.gz"));
+    assert!(written, "no last profile in {}", dir.display());
 }

@@ -1,6 +1,8 @@
 //! Thread labels survive the thread: a named thread that burns CPU for a
 //! moment and exits before the next drain is still labelled with its name.
 
+mod common;
+
 use std::time::Duration;
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -15,11 +17,7 @@ fn short_lived_thread_keeps_its_name() {
         .name("short-lived".into())
         .spawn(|| {
             let _r = osprey::register_current_thread();
-            let end = std::time::Instant::now() + Duration::from_millis(60);
-            let mut x = 0u64;
-            while std::time::Instant::now() < end {
-                x = std::hint::black_box(x.wrapping_add(1));
-            }
+            common::burn_cpu(Duration::from_millis(60));
         })
         .unwrap()
         .join()
@@ -47,17 +45,23 @@ fn context_write_registers_the_thread_fully() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("osprey-labels-ctx-{}", std::process::id()));
     let p = osprey::Profiler::builder().out_dir(&dir).scan_interval(Duration::from_millis(1000)).start().unwrap();
-    let (hi, fd) = std::thread::spawn(|| {
+    let (hi, clock) = std::thread::spawn(|| {
         osprey::context::set(1, 2);
-        let (_, rec) = osprey::registry::Registry::get().unwrap().current().expect("registered by the write");
-        let r = (rec.stack_hi.load(std::sync::atomic::Ordering::Relaxed), rec.perf_fd.load(std::sync::atomic::Ordering::Relaxed));
-        osprey::discovery::unregister_current();
+        let (_, rec) = osprey::internals::registry::Registry::get()
+            .unwrap()
+            .lookup(osprey::internals::signal::sys::gettid())
+            .expect("registered by the write");
+        let r = (
+            rec.stack_hi.load(std::sync::atomic::Ordering::Relaxed),
+            rec.clock.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        osprey::internals::threads::unregister_current();
         r
     })
     .join()
     .unwrap();
     drop(p);
     assert!(hi != 0, "no stack bounds: samples would be leaf-only");
-    assert!(fd >= 0, "no CPU clock: the thread is not sampled");
+    assert!(clock != 0, "no CPU clock: the thread is not sampled");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,9 +1,11 @@
-//! Thread registry and priming (issue 3): signal choice, enumeration,
+//! Thread registry and priming: signal choice, enumeration,
 //! priming and dedup, unregistered threads, concurrent claims.
 
-use osprey::handler::STATE;
-use osprey::registry::{Path, Registry, RegistryConfig};
-use osprey::{discovery, sys};
+use osprey::internals::record::Origin;
+use osprey::internals::registry::{Registry, RegistryConfig};
+use osprey::internals::signal::sys;
+use osprey::internals::signal::STATE;
+use osprey::internals::threads;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +19,7 @@ fn out_dir() -> std::path::PathBuf {
 }
 
 fn disposition(sig: i32) -> usize {
+    // SAFETY: plain sigaction queries and settings for a signal this test owns.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
         libc::sigaction(sig, std::ptr::null(), &mut old);
@@ -42,6 +45,7 @@ fn rt_signals_are_free_ones_and_restored_at_stop() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Take the first candidate so osprey must skip it.
     let taken = libc::SIGRTMIN() + 6;
+    // SAFETY: installs a handler that only counts, for a signal this test owns.
     unsafe { libc::signal(taken, busy_handler as *const () as usize) };
     let dir = out_dir();
     let p = osprey::Profiler::builder().out_dir(&dir).start().unwrap();
@@ -56,6 +60,7 @@ fn rt_signals_are_free_ones_and_restored_at_stop() {
     assert_eq!(disposition(sample), libc::SIG_DFL, "sampling signal not restored");
     assert_eq!(disposition(prime), libc::SIG_DFL, "priming signal not restored");
     assert_eq!(disposition(taken), busy_handler as *const () as usize, "program's handler disturbed");
+    // SAFETY: restores the default for the signal this test owns.
     unsafe { libc::signal(taken, libc::SIG_DFL) };
 }
 
@@ -76,7 +81,7 @@ fn enumerating_threads_finds_all() {
             rx.recv().unwrap()
         })
         .collect();
-    let listed = discovery::list_threads().unwrap();
+    let listed = threads::list_threads().unwrap();
     for t in tids.iter().chain([sys::gettid()].iter()) {
         assert!(listed.contains(t), "tid {t} missing from {listed:?}");
     }
@@ -108,7 +113,7 @@ fn priming_registers_once() {
     sys::tgkill(sys::getpid(), t, prime);
     assert!(wait_until(Duration::from_secs(2), || reg.lookup(t).is_some()), "priming did not register");
     let (idx, rec) = reg.lookup(t).unwrap();
-    assert_eq!(rec.path.load(Relaxed), Path::Discovery as u32);
+    assert_eq!(rec.origin(), Some(Origin::Discovery));
     let registered_at = rec.registered_ns.load(Relaxed);
     let primed = STATE.primed.load(Relaxed);
     sys::tgkill(sys::getpid(), t, prime);
@@ -135,7 +140,7 @@ fn sample_on_unregistered_thread_is_dropped_and_counted() {
         let stop = stop.clone();
         std::thread::spawn(move || {
             // Make sure this thread has no record.
-            discovery::unregister_current();
+            threads::unregister_current();
             tx.send(sys::gettid()).unwrap();
             while !stop.load(Relaxed) {
                 std::hint::spin_loop();
@@ -176,8 +181,8 @@ fn concurrent_claims_never_share_a_record() {
                 let me = sys::gettid();
                 tids.lock().unwrap().push(me);
                 while !stop.load(Relaxed) {
-                    let _b = osprey::registry::SignalBlock::all();
-                    if let Some((idx, _)) = reg.claim_current(Path::ThreadStart) {
+                    let _b = osprey::internals::threads::SignalBlock::all();
+                    if let Some((idx, _)) = reg.claim(me, Origin::ThreadStart, sys::monotonic_ns()) {
                         let o = &owners[idx];
                         let prev = o.swap(me, SeqCst);
                         if prev != 0 && prev != me {

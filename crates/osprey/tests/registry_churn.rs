@@ -1,7 +1,8 @@
-//! Churn (issue 3): 10,000 short-lived threads under a running profiler with
+//! Churn: 10,000 short-lived threads under a running profiler with
 //! a pool of 64 — every record comes back to the free list, none leak.
 
-use osprey::registry::{state, Registry, RegistryConfig};
+use osprey::internals::record::RecordState;
+use osprey::internals::registry::{Registry, RegistryConfig};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -34,7 +35,7 @@ fn ten_thousand_threads_leave_no_record_behind() {
     let live = |reg: &Registry| {
         let mut n = 0;
         reg.for_each_active(|_, r| {
-            if r.state() == state::CLAIMED {
+            if r.state() == RecordState::Claimed {
                 n += 1
             }
         });
@@ -44,11 +45,11 @@ fn ten_thousand_threads_leave_no_record_behind() {
     loop {
         let mut retired = 0;
         reg.for_each_active(|_, r| {
-            if r.state() == state::RETIRED {
+            if r.state() == RecordState::Retired {
                 retired += 1
             }
         });
-        let threads_alive = osprey::discovery::list_threads().unwrap().len();
+        let threads_alive = osprey::internals::threads::list_threads().unwrap().len();
         let claimed = live(reg);
         if retired == 0 && claimed <= threads_alive && reg.free_count() + claimed == 64 {
             break;

@@ -1,8 +1,8 @@
-//! Exhaustion (issue 3): 500 live threads, a pool of 64, no growth — the
+//! Exhaustion: 500 live threads, a pool of 64, no growth — the
 //! samples of threads without a record are counted as dropped; the process
 //! is fine.
 
-use osprey::registry::{Registry, RegistryConfig};
+use osprey::internals::registry::{Registry, RegistryConfig};
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -37,16 +37,42 @@ fn five_hundred_threads_with_sixty_four_records() {
         .collect();
     barrier.wait();
     std::thread::sleep(Duration::from_secs(3));
-    let stats = osprey::profiler::stats();
+    let stats = osprey::internals::agent::stats();
+    let free = reg.free_count();
     stop.store(true, Relaxed);
     for h in hs {
         h.join().unwrap();
     }
-    drop(p);
+    let files = p.stop();
     eprintln!("{stats:?}");
     assert_eq!(reg.capacity(), 64);
-    assert!(stats.registry_exhausted > 0, "no claim failed with 500 threads and 64 records");
-    // Most of ~1 CPU-second per second went to threads without a record, at 1 kHz.
-    assert!(stats.dropped_unregistered > 100, "lost samples not counted: {stats:?}");
+    assert_eq!(free, 0, "500 threads did not take all 64 records");
     assert!(stats.signals > 0);
+    // Most of the CPU went to threads without a record: it is in the profile,
+    // under one frame that says so, not silently lost.
+    let (mut unregistered_ns, mut total_ns) = (0i64, 0i64);
+    for f in &files {
+        let prof = osprey_pprof::read_profile(f).unwrap();
+        let unregistered_loc: Vec<u64> = prof
+            .location
+            .iter()
+            .filter(|l| {
+                l.line.iter().any(|ln| {
+                    let func = &prof.function[ln.function_id as usize - 1];
+                    prof.string(func.name) == osprey::internals::collector::FRAME_UNREGISTERED
+                })
+            })
+            .map(|l| l.id)
+            .collect();
+        for s in &prof.sample {
+            total_ns += s.value[1];
+            if s.location_id.iter().any(|id| unregistered_loc.contains(id)) {
+                unregistered_ns += s.value[1];
+            }
+        }
+    }
+    assert!(
+        unregistered_ns > total_ns / 2,
+        "CPU of threads without a record: {unregistered_ns} ns of {total_ns} ns in the profile"
+    );
 }

@@ -26,7 +26,7 @@ fn thirty_restarts_under_load() {
         let p = osprey::Profiler::builder().out_dir(&dir).hz(5000).start().unwrap();
         std::thread::sleep(Duration::from_millis(30));
         p.stop();
-        signals = osprey::profiler::stats().signals;
+        signals = osprey::internals::agent::stats().signals;
     }
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Relaxed);

@@ -6,12 +6,10 @@ use osprey_pprof::pprof::Profile;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
+mod common;
+
 fn burn(d: Duration) {
-    let end = std::time::Instant::now() + d;
-    let mut x = 1u64;
-    while std::time::Instant::now() < end {
-        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-    }
+    common::burn_cpu(d);
 }
 
 /// Samples of `tid` in `p`, and how many of them osprey could not resolve to a stack.
@@ -25,31 +23,27 @@ fn samples_of(p: &Profile, tid: i32) -> (i64, i64) {
             })
         })
     };
-    let mine = p.sample.iter().filter(|s| {
-        s.label.iter().any(|l| p.string_table[l.key as usize] == "thread id" && l.num == tid as i64)
-    });
+    let mine = p
+        .sample
+        .iter()
+        .filter(|s| s.label.iter().any(|l| p.string_table[l.key as usize] == "thread id" && l.num == tid as i64));
     mine.fold((0, 0), |(n, bad), s| (n + s.value[0], bad + if synthetic(s) { s.value[0] } else { 0 }))
 }
 
 #[test]
 fn every_sample_taken_is_in_exactly_one_file() {
     let dir = std::env::temp_dir().join(format!("osprey-lossless-{}", std::process::id()));
-    let p = osprey::Profiler::builder()
-        .out_dir(&dir)
-        .hz(1000)
-        .period(Duration::from_millis(250))
-        .start()
-        .unwrap();
+    let p = osprey::Profiler::builder().out_dir(&dir).hz(1000).period(Duration::from_millis(250)).start().unwrap();
     let workers: Vec<_> = (0..2)
         .map(|_| {
             std::thread::spawn(|| {
                 let registration = osprey::register_current_thread().expect("registered");
-                let reg = osprey::registry::Registry::get().unwrap();
-                let (_, rec) = reg.current().unwrap();
+                let reg = osprey::internals::registry::Registry::get().unwrap();
+                let (_, rec) = reg.lookup(osprey::internals::signal::sys::gettid()).unwrap();
                 burn(Duration::from_millis(1500));
                 // Unregistering disarms the clock: no sample is taken after this.
                 drop(registration);
-                (osprey::sys::gettid(), rec.samples.load(Relaxed))
+                (osprey::internals::signal::sys::gettid(), rec.samples.load(Relaxed))
             })
         })
         .collect();

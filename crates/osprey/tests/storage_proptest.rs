@@ -1,14 +1,18 @@
 //! Property test: random sequences of put / rotate / preserve against a
 //! HashMap model, on a roomy table and on one small enough to overflow.
 
-use osprey::storage::{CallTraceStorage, Collected, Geometry, DROPPED_TRACE_ID};
+use osprey::internals::storage::{CallTraceStorage, Collected, Geometry, DROPPED_TRACE_ID};
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Debug)]
 enum Op {
-    Put { stack: usize, truncated: bool, count: u64 },
+    Put {
+        stack: usize,
+        truncated: bool,
+        count: u64,
+    },
     Rotate,
     /// Keep the id returned by the n-th put so far (modulo), from now on.
     Preserve(usize),
@@ -36,7 +40,8 @@ type Key = (Vec<u64>, bool);
 
 /// id -> key for every id this rotation reports (traces and aliases).
 fn resolve(c: &Collected) -> HashMap<u64, Key> {
-    let mut m: HashMap<u64, Key> = c.traces.iter().filter(|t| t.id != DROPPED_TRACE_ID).map(|t| (t.id, (t.frames.clone(), t.truncated))).collect();
+    let mut m: HashMap<u64, Key> =
+        c.traces.iter().filter(|t| t.id != DROPPED_TRACE_ID).map(|t| (t.id, (t.frames.clone(), t.truncated))).collect();
     for &(from, to) in &c.aliases {
         let k = m[&to].clone();
         assert!(m.insert(from, k).is_none(), "alias {from:#x} is also a trace");
@@ -58,44 +63,49 @@ fn run(ops: Vec<Op>, geometry: Geometry) {
     let mut must_reappear: HashMap<u64, Key> = HashMap::new();
     let mut min_reappear = 0usize;
 
-    let mut rotate = |since: &mut HashMap<Key, (u64, u64)>, dropped: &mut (u64, u64), returned: &mut Vec<(u64, Key)>| {
-        let c = s.rotate();
-        let ids = resolve(&c);
-        // Counts: exactly the model's, one trace per distinct stack.
-        let mut keys = HashSet::new();
-        for t in &c.traces {
-            if t.id == DROPPED_TRACE_ID {
-                assert_eq!((t.count, t.value), *dropped);
-                assert!(t.frames.is_empty());
-                continue;
+    let mut rotate =
+        |since: &mut HashMap<Key, (u64, u64)>, dropped: &mut (u64, u64), returned: &mut Vec<(u64, Key)>| {
+            let c = s.rotate();
+            let ids = resolve(&c);
+            // Counts: exactly the model's, one trace per distinct stack.
+            let mut keys = HashSet::new();
+            for t in &c.traces {
+                if t.id == DROPPED_TRACE_ID {
+                    assert_eq!((t.count, t.value), *dropped);
+                    assert!(t.frames.is_empty());
+                    continue;
+                }
+                let key = (t.frames.clone(), t.truncated);
+                assert!(keys.insert(key.clone()), "stack reported twice: {key:?}");
+                assert_eq!((t.count, t.value), since.get(&key).copied().unwrap_or((0, 0)), "counts of {key:?}");
             }
-            let key = (t.frames.clone(), t.truncated);
-            assert!(keys.insert(key.clone()), "stack reported twice: {key:?}");
-            assert_eq!((t.count, t.value), since.get(&key).copied().unwrap_or((0, 0)), "counts of {key:?}");
-        }
-        if *dropped == (0, 0) {
-            assert!(c.traces.iter().all(|t| t.id != DROPPED_TRACE_ID));
-        }
-        for (key, cv) in since.iter() {
-            assert!(cv.0 == 0 || keys.contains(key), "lost {key:?}");
-        }
-        // Every id handed out since the last rotation resolves to its stack.
-        for (id, key) in returned.iter() {
-            assert_eq!(ids.get(id), Some(key), "id {id:#x}");
-        }
-        // Traces preserved last time come back under their ids.
-        let back = must_reappear.iter().filter(|(id, key)| ids.get(id) == Some(key)).count();
-        assert!(back >= min_reappear, "{back} of {} preserved ids came back, {min_reappear} expected", must_reappear.len());
-        let kept = keep.lock().unwrap().clone();
-        must_reappear = ids.iter().filter(|(id, _)| kept.contains(id)).map(|(id, k)| (*id, k.clone())).collect();
-        min_reappear = c.preserved.min(must_reappear.len());
-        if c.preserve_failed == kept.len() - must_reappear.len() {
-            assert_eq!(c.preserved, must_reappear.len());
-        }
-        since.clear();
-        *dropped = (0, 0);
-        returned.clear();
-    };
+            if *dropped == (0, 0) {
+                assert!(c.traces.iter().all(|t| t.id != DROPPED_TRACE_ID));
+            }
+            for (key, cv) in since.iter() {
+                assert!(cv.0 == 0 || keys.contains(key), "lost {key:?}");
+            }
+            // Every id handed out since the last rotation resolves to its stack.
+            for (id, key) in returned.iter() {
+                assert_eq!(ids.get(id), Some(key), "id {id:#x}");
+            }
+            // Traces preserved last time come back under their ids.
+            let back = must_reappear.iter().filter(|(id, key)| ids.get(id) == Some(key)).count();
+            assert!(
+                back >= min_reappear,
+                "{back} of {} preserved ids came back, {min_reappear} expected",
+                must_reappear.len()
+            );
+            let kept = keep.lock().unwrap().clone();
+            must_reappear = ids.iter().filter(|(id, _)| kept.contains(id)).map(|(id, k)| (*id, k.clone())).collect();
+            min_reappear = c.preserved.min(must_reappear.len());
+            if c.preserve_failed == kept.len() - must_reappear.len() {
+                assert_eq!(c.preserved, must_reappear.len());
+            }
+            since.clear();
+            *dropped = (0, 0);
+            returned.clear();
+        };
 
     for op in ops {
         match op {

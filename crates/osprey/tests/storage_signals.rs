@@ -3,8 +3,9 @@
 //! rotates every millisecond. Checks samples taken == samples collected, and
 //! (through the global allocator below) that the handler never allocates.
 
-use osprey::storage::{CallTraceStorage, SampleRecord, SampleRing, StorageConfig};
-use osprey::sys;
+use osprey::internals::record::{SampleRecord, SampleRing};
+use osprey::internals::signal::sys;
+use osprey::internals::storage::{CallTraceStorage, StorageConfig};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
@@ -36,18 +37,22 @@ fn check_not_in_handler() {
     }
 }
 
+// SAFETY: forwards to the system allocator unchanged.
 unsafe impl GlobalAlloc for NoAllocInHandler {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         check_not_in_handler();
-        System.alloc(l)
+        // SAFETY: the caller's GlobalAlloc contract, passed on.
+        unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         check_not_in_handler();
-        System.dealloc(p, l)
+        // SAFETY: as above.
+        unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         check_not_in_handler();
-        System.realloc(p, l, n)
+        // SAFETY: as above.
+        unsafe { System.realloc(p, l, n) }
     }
 }
 
@@ -61,6 +66,7 @@ extern "C" fn on_signal(_sig: libc::c_int) {
     IN_HANDLER[slot].store(tid, Relaxed);
     // SAFETY: published before the handler was installed, never freed.
     let (storage, rings) = unsafe { (&*STORAGE.load(Acquire), RINGS.load(Acquire)) };
+    // SAFETY: `slot` < THREADS and RINGS points at THREADS leaked rings.
     let ring = unsafe { &*rings.add(slot) };
     let n = SEQ[slot].fetch_add(1, Relaxed);
     // Mostly 40 known stacks, every 16th sample a new one.
@@ -82,8 +88,11 @@ extern "C" fn on_signal(_sig: libc::c_int) {
 
 #[test]
 fn signal_storm_while_rotating() {
-    let storage = Box::leak(Box::new(CallTraceStorage::new(StorageConfig { memory_budget: 4 << 20, max_threads: THREADS }).unwrap()));
-    let rings: &'static [SampleRing] = Box::leak((0..THREADS).map(|_| SampleRing::new()).collect::<Vec<_>>().into_boxed_slice());
+    let storage = Box::leak(Box::new(
+        CallTraceStorage::new(StorageConfig { memory_budget: 4 << 20, max_threads: THREADS }).unwrap(),
+    ));
+    let rings: &'static [SampleRing] =
+        Box::leak((0..THREADS).map(|_| SampleRing::new()).collect::<Vec<_>>().into_boxed_slice());
     STORAGE.store(storage, Release);
     RINGS.store(rings.as_ptr() as *mut SampleRing, Release);
 
@@ -130,7 +139,7 @@ fn signal_storm_while_rotating() {
     });
 
     let (mut collected, mut value, mut records, mut rotations) = (0u64, 0u64, 0u64, 0u64);
-    let mut drain = |c: osprey::storage::Collected| {
+    let mut drain = |c: osprey::internals::storage::Collected| {
         for t in &c.traces {
             collected += t.count;
             value += t.value;

@@ -3,7 +3,8 @@
 //! uniqueness, id -> frames resolution through the sample rings, and that a
 //! preserved id survives every rotation.
 
-use osprey::storage::{CallTraceStorage, Collected, SampleRecord, SampleRing, StorageConfig, DROPPED_TRACE_ID};
+use osprey::internals::record::{SampleRecord, SampleRing};
+use osprey::internals::storage::{CallTraceStorage, Collected, StorageConfig, DROPPED_TRACE_ID};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
@@ -30,7 +31,8 @@ fn xorshift(s: &mut u64) -> u64 {
 
 #[test]
 fn concurrent_puts_and_rotations() {
-    let s = Arc::new(CallTraceStorage::new(StorageConfig { memory_budget: 3 << 20, max_threads: THREADS + 1 }).unwrap());
+    let s =
+        Arc::new(CallTraceStorage::new(StorageConfig { memory_budget: 3 << 20, max_threads: THREADS + 1 }).unwrap());
     let rings: Arc<Vec<SampleRing>> = Arc::new((0..THREADS).map(|_| SampleRing::new()).collect());
 
     // A preserved trace, put before the workers start.

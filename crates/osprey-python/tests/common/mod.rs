@@ -54,7 +54,11 @@ impl Py {
 
     /// A scratch file path as the interpreter sees it.
     pub fn scratch(&self, tag: &str) -> String {
-        let name = format!("osprey-py-{tag}-{}-{}", std::process::id(), SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let name = format!(
+            "osprey-py-{tag}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         match &self.root {
             Some(_) => format!("/tmp/{name}"),
             None => std::env::temp_dir().join(name).to_string_lossy().into_owned(),
@@ -63,14 +67,19 @@ impl Py {
 
     /// The workload script, as the interpreter sees it (copied into the root).
     pub fn script(&self) -> String {
+        self.script_at(&workload_path())
+    }
+
+    /// Script `host_script`, as the interpreter sees it (copied into the root).
+    pub fn script_at(&self, host_script: &Path) -> String {
         match &self.root {
-            None => workload_path().to_string_lossy().into_owned(),
+            None => host_script.to_string_lossy().into_owned(),
             Some(_) => {
-                let inner = "/tmp/osprey-workload.py".to_string();
+                let inner = format!("/tmp/osprey-{}", host_script.file_name().unwrap().to_string_lossy());
                 let host = self.host_path(&inner);
                 let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let tmp = host.with_extension(format!("{}-{seq}", std::process::id()));
-                std::fs::copy(workload_path(), &tmp).expect("copy workload into the chroot");
+                std::fs::copy(host_script, &tmp).expect("copy the script into the chroot");
                 std::fs::rename(&tmp, &host).unwrap();
                 inner
             }
@@ -99,10 +108,17 @@ impl Py {
 
     /// Starts `python workload.py args...` and waits for its "ready" line.
     pub fn start(&self, args: &[&str]) -> Workload {
-        let script = self.script();
+        self.start_script(&workload_path(), args)
+    }
+
+    /// Starts `python SCRIPT args...` (`host_script` copied into the root)
+    /// and waits for its "ready" line.
+    pub fn start_script(&self, host_script: &Path, args: &[&str]) -> Workload {
+        let script = self.script_at(host_script);
         let mut full = vec![script.as_str()];
         full.extend_from_slice(args);
-        let mut child = self.command(&full).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn python");
+        let mut child =
+            self.command(&full).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn python");
         let out = child.stdout.take().unwrap();
         let mut line = String::new();
         let mut r = BufReader::new(out);

@@ -13,7 +13,7 @@
 //! The handler ([`ContextRecord::read`]) loads the checksum first; 0 means
 //! "nothing to report". Otherwise it loads the fields, recomputes the checksum
 //! and accepts the fields only if it matches (a mismatch is counted in
-//! [`TORN_READS`] and the sample goes unlabelled: never a torn pair).
+//! `TORN_READS` and the sample goes unlabelled: never a torn pair).
 //!
 //! # Ordering: the same-thread reader
 //! The reader that matters runs in a signal handler *on the writer's own
@@ -58,18 +58,18 @@
 
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
-mod record;
 mod tags;
 #[cfg(feature = "tracing")]
 pub mod tracing_layer;
 
-pub use record::{checksum, tags_term, torn_reads, ContextRecord, ContextSnapshot, KNUTH, TAG_SLOTS, TORN_READS};
+use crate::record::{ContextRecord, Record};
+pub use crate::record::{ContextSnapshot, TAG_SLOTS};
+use crate::threads;
 pub use tags::{
     find_tag_key, intern_value, tag_key, tag_key_name, tag_value, tag_values_overflowed, MAX_KEY_LEN, MAX_TAG_VALUES,
     OVERFLOW_VALUE, OVERFLOW_VALUE_ID,
 };
 
-use crate::registry::{self, Record};
 use core::cell::Cell;
 use core::marker::PhantomData;
 use core::sync::atomic::Ordering::Relaxed;
@@ -105,7 +105,7 @@ pub fn this_thread() -> Option<&'static ContextRecord> {
 #[inline(never)]
 fn refresh(c: &Cache) -> Option<&'static ContextRecord> {
     c.rec.set(core::ptr::null());
-    let rec = registry::current_or_register()?;
+    let rec = threads::current_or_register()?;
     c.tid.set(rec.tid.load(Relaxed));
     c.rec.set(rec);
     Some(&rec.context)

@@ -32,6 +32,7 @@ pub struct OspreyLayer {
 }
 
 impl OspreyLayer {
+    /// The layer; add it to a `tracing_subscriber::Registry`.
     pub fn new() -> Self {
         OspreyLayer { _private: () }
     }

@@ -68,10 +68,8 @@ impl Arena {
         if len != frames.len() {
             return false;
         }
-        let body = start
-            .checked_add(1)
-            .and_then(|b| Some(b..b.checked_add(len)?))
-            .and_then(|r| self.words.as_slice().get(r));
+        let body =
+            start.checked_add(1).and_then(|b| Some(b..b.checked_add(len)?)).and_then(|r| self.words.as_slice().get(r));
         let Some(body) = body else { return false };
         body.iter().zip(frames).all(|(w, &f)| w.load(Relaxed) == f)
     }

@@ -1,6 +1,6 @@
 //! Fixed, zero-initialised buffers backing tables and arenas.
 //!
-//! Normally an anonymous mapping from [`crate::sys::map_zeroed`] (lazily
+//! Normally an anonymous mapping from [`crate::mmap::map_zeroed`] (lazily
 //! committed, so an untouched part of the budget costs no RSS). Under loom the
 //! atomics are model objects that must be constructed, so the buffer is a heap
 //! slice built with [`Zeroable::zero`]; the code using it is the same.
@@ -27,6 +27,7 @@ unsafe impl Zeroable for AtomicU64 {
         AtomicU64::new(0)
     }
 }
+// SAFETY: an all-zero AtomicUsize is 0.
 unsafe impl Zeroable for AtomicUsize {
     #[cfg(loom)]
     fn zero() -> Self {
@@ -44,6 +45,7 @@ pub(crate) struct ZeroedBuf<T: Zeroable> {
 
 // SAFETY: the buffer is only handed out as `&[T]`; sharing is as safe as sharing `[T]`.
 unsafe impl<T: Zeroable + Sync> Sync for ZeroedBuf<T> {}
+// SAFETY: the buffer owns its mapping; T is Send.
 unsafe impl<T: Zeroable + Send> Send for ZeroedBuf<T> {}
 
 impl<T: Zeroable> ZeroedBuf<T> {
@@ -53,7 +55,7 @@ impl<T: Zeroable> ZeroedBuf<T> {
         let bytes = len
             .checked_mul(core::mem::size_of::<T>())
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "buffer too large"))?;
-        let ptr = crate::sys::map_zeroed(bytes)? as *const T;
+        let ptr = crate::mmap::map_zeroed(bytes)? as *const T;
         Ok(ZeroedBuf { ptr, len })
     }
 
@@ -81,6 +83,6 @@ impl<T: Zeroable> ZeroedBuf<T> {
 impl<T: Zeroable> Drop for ZeroedBuf<T> {
     fn drop(&mut self) {
         // SAFETY: mapped by `new` with this size; `&mut self` means no borrow is left.
-        unsafe { crate::sys::unmap(self.ptr as *mut u8, self.bytes()) };
+        unsafe { crate::mmap::unmap(self.ptr as *mut u8, self.bytes()) };
     }
 }

@@ -1,5 +1,5 @@
-//! Call trace storage (issue 5): deduplicated stacks in lock-free hash tables,
-//! rotated through a triple buffer, plus the per-thread sample rings.
+//! Call trace storage: deduplicated stacks in lock-free hash tables,
+//! rotated through a triple buffer.
 //!
 //! | file | what | signal-safe? |
 //! |---|---|---|
@@ -8,7 +8,6 @@
 //! | `arena.rs` | bump allocator for frames | store/match: **yes** |
 //! | `hazard.rs` | per-thread hazard pointers | protect/release: **yes** |
 //! | `hash.rs` | trace hash | **yes** |
-//! | `samples.rs` | [`SampleRing`] | push: **yes** |
 //! | `sync.rs` | std/loom atomics shim | **yes** |
 //! | `mem.rs` | mmap'd zeroed buffers | access: **yes** |
 //! | `rotation.rs` | [`CallTraceStorage::rotate`], liveness | no (collector) |
@@ -37,7 +36,6 @@ mod hazard;
 mod mem;
 mod put;
 mod rotation;
-pub mod samples;
 pub(crate) mod sync;
 mod table;
 
@@ -48,7 +46,6 @@ mod tests;
 
 pub use hash::trace_hash;
 pub use rotation::LivenessChecker;
-pub use samples::{SampleRecord, SampleRing};
 pub use table::ENTRY_BYTES;
 
 use std::io;
@@ -58,6 +55,7 @@ use sync::{AtomicU64, AtomicUsize, Mutex};
 pub const DROPPED_TRACE_ID: u64 = 1;
 
 #[derive(Clone, Copy, Debug)]
+/// Sizing of a storage.
 pub struct StorageConfig {
     /// Memory budget for tables and frame arenas, in bytes.
     pub memory_budget: usize,
@@ -68,10 +66,15 @@ pub struct StorageConfig {
 /// One deduplicated stack collected at rotation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CollectedTrace {
+    /// Trace id (`(epoch << 32) | slot`).
     pub id: u64,
+    /// Frames, leaf first.
     pub frames: Vec<u64>,
+    /// The walk was cut at the maximum depth.
     pub truncated: bool,
+    /// Samples put under this trace during the cycle.
     pub count: u64,
+    /// Sum of their values.
     pub value: u64,
 }
 
@@ -90,6 +93,7 @@ pub struct DropStats {
 }
 
 #[derive(Debug, Default)]
+/// What one rotation collected.
 pub struct Collected {
     /// One entry per distinct (frames, truncated), plus the dropped trace
     /// (id 1, no frames) when anything was dropped.

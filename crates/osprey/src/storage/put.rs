@@ -20,7 +20,15 @@ impl CallTraceStorage {
     /// `thread_slot` must be unique among threads that may be inside `put` at
     /// the same time, and `< max_threads`.
     #[inline]
-    pub fn put(&self, thread_slot: usize, frames: &[u64], truncated: bool, count: u64, value: u64, then: impl FnOnce(u64)) -> u64 {
+    pub fn put(
+        &self,
+        thread_slot: usize,
+        frames: &[u64],
+        truncated: bool,
+        count: u64,
+        value: u64,
+        then: impl FnOnce(u64),
+    ) -> u64 {
         let h = hash::trace_hash(frames, truncated);
         self.put_hashed(thread_slot, h, frames, truncated, count, value, then)
     }

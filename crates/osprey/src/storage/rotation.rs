@@ -107,7 +107,13 @@ impl CallTraceStorage {
         // 5. One trace per distinct stack.
         let (mut traces, aliases) = merge(raw);
         if dropped_count != 0 || dropped_value != 0 {
-            traces.push(CollectedTrace { id: DROPPED_TRACE_ID, frames: Vec::new(), truncated: false, count: dropped_count, value: dropped_value });
+            traces.push(CollectedTrace {
+                id: DROPPED_TRACE_ID,
+                frames: Vec::new(),
+                truncated: false,
+                count: dropped_count,
+                value: dropped_value,
+            });
         }
         Collected { traces, aliases, dropped, preserved, preserve_failed }
     }

@@ -140,7 +140,14 @@ impl Table {
     /// (creating it if needed) and returns its id. `hash` must be
     /// `trace_hash(frames, truncated)` except in tests that force collisions.
     #[inline]
-    pub(crate) fn insert(&self, hash: u64, frames: &[u64], truncated: bool, count: u64, value: u64) -> Result<u64, DropReason> {
+    pub(crate) fn insert(
+        &self,
+        hash: u64,
+        frames: &[u64],
+        truncated: bool,
+        count: u64,
+        value: u64,
+    ) -> Result<u64, DropReason> {
         let mut i = self.start(hash);
         for _ in 0..MAX_PROBES.min(self.capacity()) {
             let e = self.entry(i);
@@ -171,7 +178,15 @@ impl Table {
 
     /// Fills a freshly claimed entry and publishes it.
     #[inline]
-    fn publish(&self, e: &Entry, id: u64, frames: &[u64], truncated: bool, count: u64, value: u64) -> Result<u64, DropReason> {
+    fn publish(
+        &self,
+        e: &Entry,
+        id: u64,
+        frames: &[u64],
+        truncated: bool,
+        count: u64,
+        value: u64,
+    ) -> Result<u64, DropReason> {
         let start = if frames.len() < (1 << 31) { self.arena.store(id, frames) } else { None };
         match start {
             Some(start) => {
@@ -209,7 +224,13 @@ impl Table {
             }
             let Some((start, len, truncated)) = unpack(e.meta.load(Acquire)) else { continue };
             if let Some((id, frames)) = self.arena.read(start, len) {
-                out.push(CollectedTrace { id, frames, truncated, count: e.count.load(Relaxed), value: e.value.load(Relaxed) });
+                out.push(CollectedTrace {
+                    id,
+                    frames,
+                    truncated,
+                    count: e.count.load(Relaxed),
+                    value: e.value.load(Relaxed),
+                });
             }
         }
     }

@@ -1,4 +1,4 @@
-//! The recorder: drains per-thread sample rings, aggregates samples by
+//! The aggregator: drains per-thread sample rings, aggregates samples by
 //! (trace, thread, context), and at flush resolves trace ids against the
 //! rotated call trace storage into a [`ProfileData`].
 //!
@@ -11,11 +11,14 @@
 //! yields every sample whose trace is in the rotated table; samples of the new
 //! epoch stay pending until the next flush.
 
-use crate::context::{self, TAG_SLOTS};
+use crate::context;
+use crate::discovery::Unsampled;
+use crate::record::{RecordState, SampleRecord, TAG_SLOTS};
+use crate::registry::Registry;
+use crate::signal::sys;
+use crate::storage::{CallTraceStorage, DROPPED_TRACE_ID};
+use crate::threads::thread_name;
 use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
-use crate::registry::{state, Registry};
-use crate::storage::{CallTraceStorage, SampleRecord, DROPPED_TRACE_ID};
-use crate::sys;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::*;
 
@@ -38,12 +41,18 @@ struct Agg {
 
 /// Synthetic frame names.
 pub const FRAME_STORAGE_FULL: &str = "[osprey] dropped: call trace storage full";
+/// Samples lost because a thread's sample ring was full.
 pub const FRAME_RING_FULL: &str = "[osprey] lost: sample buffer full";
+/// Samples on threads without a registry record.
 pub const FRAME_UNREGISTERED: &str = "[osprey] dropped: thread not registered";
 pub const FRAME_UNRESOLVED: &str = "[osprey] unresolved call trace";
+/// Prefix of the frame carrying the CPU time of a thread that blocks the
+/// sampling signal (`[signals blocked] tid 1234 'xz'`).
+pub const FRAME_BLOCKED: &str = "[signals blocked]";
+/// Marks a stack cut at the maximum depth.
 pub const FRAME_TRUNCATED: &str = "[truncated]";
 
-pub struct Recorder {
+pub struct Aggregator {
     pending: HashMap<Key, Agg>,
     lost_ring: HashMap<i32, u64>,
     names: HashMap<i32, String>,
@@ -51,37 +60,47 @@ pub struct Recorder {
     start_mono_ns: u64,
     /// `Registry::dropped_unregistered` at the last flush.
     unregistered_seen: u64,
+    /// CPU ns of threads that could not be sampled, since the last flush.
+    unsampled: HashMap<Unsampled, u64>,
 }
 
-impl Default for Recorder {
+impl Default for Aggregator {
     fn default() -> Self {
-        Recorder {
+        Aggregator {
             pending: HashMap::new(),
             lost_ring: HashMap::new(),
             names: HashMap::new(),
             start_realtime_ns: sys::realtime_ns(),
             start_mono_ns: sys::monotonic_ns(),
             unregistered_seen: Registry::get().map_or(0, |r| r.dropped_unregistered.load(Relaxed)),
+            unsampled: HashMap::new(),
         }
     }
 }
 
-impl Recorder {
+impl Aggregator {
     /// Drains every ring; recycles retired records once drained.
     pub fn drain(&mut self, reg: &Registry) {
         reg.for_each_active(|idx, rec| {
-            let retired = rec.state() == state::RETIRED;
+            let retired = rec.state() == RecordState::Retired;
             // A retired record's tid is already 0: its samples still name the thread.
             let mut tid = rec.tid.load(Relaxed);
+            let exit_name = if retired { rec.exit_name() } else { None };
             rec.ring.drain(|s| {
                 tid = s.tid;
+                if let Some(n) = &exit_name {
+                    self.names.entry(s.tid).or_insert_with(|| n.clone());
+                }
                 self.add(s)
             });
-            let lost = rec.ring_overflow.swap(0, Relaxed);
+            // Load first: a swap would write (make resident) every idle record's page.
+            let lost = if rec.ring_overflow.load(Relaxed) != 0 { rec.ring_overflow.swap(0, Relaxed) } else { 0 };
             if lost > 0 {
                 *self.lost_ring.entry(tid).or_default() += lost;
             }
             if retired {
+                // A clock armed while the thread was retiring goes with it.
+                crate::cpu_clock::disarm(rec);
                 reg.recycle(idx);
             }
         });
@@ -91,12 +110,19 @@ impl Recorder {
     /// exits before its samples are drained still has its name.
     pub fn note_threads(&mut self, tids: &[i32]) {
         for &tid in tids {
-            if !self.names.contains_key(&tid) {
+            if let std::collections::hash_map::Entry::Vacant(e) = self.names.entry(tid) {
                 let name = thread_name(tid);
                 if !name.is_empty() {
-                    self.names.insert(tid, name);
+                    e.insert(name);
                 }
             }
+        }
+    }
+
+    /// Adds CPU time discovery accounted for threads it could not sample.
+    pub fn add_unsampled(&mut self, unsampled: HashMap<Unsampled, u64>) {
+        for (k, ns) in unsampled {
+            *self.unsampled.entry(k).or_default() += ns;
         }
     }
 
@@ -117,7 +143,13 @@ impl Recorder {
     }
 
     /// Rotates storage, drains, and returns the profile of the period that ends now.
-    pub fn flush(&mut self, reg: &Registry, storage: &CallTraceStorage, period_ns: u64, comments: Vec<String>) -> ProfileData {
+    pub fn flush(
+        &mut self,
+        reg: &Registry,
+        storage: &CallTraceStorage,
+        period_ns: u64,
+        comments: Vec<String>,
+    ) -> ProfileData {
         let collected = storage.rotate();
         self.drain(reg);
         // Names may change after a thread starts (pthread_setname_np): refresh the living.
@@ -165,10 +197,25 @@ impl Recorder {
         let total = reg.dropped_unregistered.load(Relaxed);
         let unregistered = total.saturating_sub(self.unregistered_seen);
         self.unregistered_seen = total;
-        if unregistered > 0 {
+        let mut unregistered_ns = unregistered * period_ns;
+        for (k, ns) in std::mem::take(&mut self.unsampled) {
+            match k {
+                Unsampled::Unregistered => unregistered_ns += ns,
+                Unsampled::Blocked(tid) if ns > 0 => {
+                    let name = self.names.get(&tid).cloned().unwrap_or_else(|| thread_name(tid));
+                    samples.push(Sample {
+                        frames: vec![Frame::Synthetic(format!("{FRAME_BLOCKED} tid {tid} '{name}'"))],
+                        values: vec![(ns / period_ns.max(1)) as i64, ns as i64],
+                        labels: thread_labels(tid, Some(&name)),
+                    });
+                }
+                Unsampled::Blocked(_) => {}
+            }
+        }
+        if unregistered_ns > 0 {
             samples.push(Sample {
                 frames: vec![Frame::Synthetic(FRAME_UNREGISTERED.into())],
-                values: vec![unregistered as i64, (unregistered * period_ns) as i64],
+                values: vec![(unregistered_ns / period_ns.max(1)) as i64, unregistered_ns as i64],
                 labels: vec![],
             });
         }
@@ -213,11 +260,8 @@ impl Recorder {
 }
 
 fn native_frames(addrs: &[u64], truncated: bool) -> Vec<Frame> {
-    let mut frames: Vec<Frame> = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, &addr)| Frame::Native { addr, return_address: i > 0 })
-        .collect();
+    let mut frames: Vec<Frame> =
+        addrs.iter().enumerate().map(|(i, &addr)| Frame::Native { addr, return_address: i > 0 }).collect();
     if truncated {
         frames.push(Frame::Synthetic(FRAME_TRUNCATED.into()));
     }
@@ -230,11 +274,4 @@ fn thread_labels(tid: i32, name: Option<&String>) -> Vec<Label> {
         v.push(Label { key: "thread name".into(), value: LabelValue::Str(n.clone()) });
     }
     v
-}
-
-/// The thread's name from `/proc/self/task/TID/comm` (empty if gone).
-pub fn thread_name(tid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_default()
 }

@@ -1,6 +1,6 @@
 //! Per-thread sample rings.
 //!
-//! **Signal-safe module** (`push`). Single producer (the owning thread's
+//! `push` runs in the sampling handler. Single producer (the owning thread's
 //! signal handler), single consumer (the collector).
 //!
 //! The ring lives inside zero-mapped registry records and is never
@@ -19,7 +19,7 @@
 //!   consumer copies a record out, then stores `tail` with `Release`, and the
 //!   producer loads `tail` with `Acquire` before overwriting.
 
-use crate::context::TAG_SLOTS;
+use super::context::TAG_SLOTS;
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU64, Ordering::*};
@@ -28,15 +28,21 @@ use core::sync::atomic::{AtomicU64, Ordering::*};
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SampleRecord {
+    /// Call trace id in storage.
     pub trace_id: u64,
     /// CLOCK_MONOTONIC ns when taken.
     pub timestamp_ns: u64,
+    /// Span id of the trace context (0 = none).
     pub span_id: u64,
+    /// Local root span id (0 = none).
     pub local_root_span_id: u64,
     /// CPU nanoseconds this sample stands for.
     pub cpu_ns: u64,
+    /// Samples this record stands for.
     pub count: u32,
+    /// Thread that took the sample.
     pub tid: i32,
+    /// Interned tag value ids by tag slot (0 = unset).
     pub tags: [u32; TAG_SLOTS],
 }
 
@@ -62,6 +68,7 @@ struct CacheLine(AtomicU64);
 // SAFETY: slot access is partitioned between one producer and one consumer by
 // head/tail (see the module invariants); callers uphold the SPSC contract.
 unsafe impl Sync for SampleRing {}
+// SAFETY: single producer and single consumer, each side owning the slots the invariants give it.
 unsafe impl Send for SampleRing {}
 
 impl SampleRing {
@@ -111,6 +118,7 @@ impl SampleRing {
         self.head.load(Acquire).wrapping_sub(self.tail.0.load(Acquire)).min(CAP) as usize
     }
 
+    /// Whether nothing waits to be drained (consumer side).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -132,6 +140,7 @@ mod tests {
 
     #[test]
     fn zeroed_memory_is_an_empty_ring() {
+        // SAFETY: all-zero bytes are an empty ring (module docs).
         let ring: Box<SampleRing> = unsafe { Box::new_zeroed().assume_init() };
         assert!(ring.is_empty());
         let mut n = 0;

@@ -1,10 +1,10 @@
-//! Raw Linux system calls and small helpers.
+//! Raw Linux system calls, clocks and the errno guard.
 //!
-//! **Signal-safe module.** Everything here may be called from a signal handler:
-//! no allocation, no locks, no libc wrappers that touch `errno` (raw `syscall`
-//! instructions instead), no panics.
+//! Everything here may be called from a signal handler: no allocation, no
+//! locks, no panics, and no libc wrapper that can write `errno` (the raw
+//! `syscall` instruction lives in `arch/`).
 
-use core::arch::asm;
+use super::arch::{raw_syscall0, raw_syscall3};
 
 /// `gettid(2)` without libc: safe on threads that have no valid TLS (raw `clone`).
 #[inline(always)]
@@ -50,6 +50,7 @@ pub struct ErrnoGuard(i32);
 
 impl ErrnoGuard {
     #[inline(always)]
+    /// Saves the calling thread's `errno`.
     pub fn save() -> Self {
         // SAFETY: __errno_location is async-signal-safe and always returns a valid pointer.
         ErrnoGuard(unsafe { *libc::__errno_location() })
@@ -64,55 +65,13 @@ impl Drop for ErrnoGuard {
     }
 }
 
-#[inline(always)]
-unsafe fn raw_syscall0(n: libc::c_long) -> usize {
-    let ret: usize;
-    asm!("syscall", inlateout("rax") n as usize => ret, out("rcx") _, out("r11") _,
-         options(nostack, preserves_flags));
-    ret
-}
-
-#[inline(always)]
-unsafe fn raw_syscall3(n: libc::c_long, a: usize, b: usize, c: usize) -> usize {
-    let ret: usize;
-    asm!("syscall", inlateout("rax") n as usize => ret, in("rdi") a, in("rsi") b, in("rdx") c,
-         out("rcx") _, out("r11") _, options(nostack, preserves_flags));
-    ret
-}
-
-/// Anonymous, zeroed, lazily-committed memory that lives for the rest of the
-/// process. Not signal-safe (mmap is a syscall, but callers run outside handlers).
-pub fn map_zeroed(bytes: usize) -> std::io::Result<*mut u8> {
-    // SAFETY: anonymous private mapping, no file.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            bytes.max(1),
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(p as *mut u8)
-}
-
-/// Releases memory obtained from [`map_zeroed`].
-///
-/// # Safety
-/// `p`/`bytes` must come from one `map_zeroed` call and nothing may use the memory afterwards.
-pub unsafe fn unmap(p: *mut u8, bytes: usize) {
-    libc::munmap(p as *mut libc::c_void, bytes.max(1));
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn raw_ids_match_libc() {
+        // SAFETY: plain id queries.
         assert_eq!(super::gettid(), unsafe { libc::gettid() });
+        // SAFETY: as above.
         assert_eq!(super::getpid(), unsafe { libc::getpid() });
     }
 }

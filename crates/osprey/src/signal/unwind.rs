@@ -1,7 +1,8 @@
 //! Frame-pointer unwinder.
 //!
-//! **Signal-safe module.** Runs inside the sampling handler: no allocation,
-//! no locks, no panics (no slice indexing that can fail), no libc.
+//! Runs inside the sampling handler: no allocation, no locks, no panics (no
+//! slice indexing that can fail), no libc. The stack usage is the caller's
+//! frame array plus a few registers.
 //!
 //! # Why it never faults
 //! Every load is from `[fp, fp + 16)` with `sp <= fp`, `fp + 16 <= stack_hi`,
@@ -11,34 +12,13 @@
 //! outside the handler at registration). A garbage frame pointer outside that
 //! window ends the walk instead of being dereferenced.
 
-/// Registers of the interrupted context.
-#[derive(Clone, Copy, Debug)]
-pub struct Regs {
-    pub pc: u64,
-    pub fp: u64,
-    pub sp: u64,
-}
-
-impl Regs {
-    /// Reads pc/fp/sp from a signal handler's `ucontext_t`.
-    ///
-    /// # Safety
-    /// `uc` must be the third argument of an `SA_SIGINFO` handler.
-    #[inline(always)]
-    pub unsafe fn from_ucontext(uc: *const libc::c_void) -> Regs {
-        let uc = &*(uc as *const libc::ucontext_t);
-        let g = &uc.uc_mcontext.gregs;
-        Regs {
-            pc: g[libc::REG_RIP as usize] as u64,
-            fp: g[libc::REG_RBP as usize] as u64,
-            sp: g[libc::REG_RSP as usize] as u64,
-        }
-    }
-}
+use super::arch::leaf_return_address;
+pub use super::arch::Regs;
 
 /// Result of a walk: `frames[..len]` hold leaf-first addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Walk {
+    /// Frames written.
     pub len: usize,
     /// The chain went on but `frames` was full.
     pub truncated: bool,
@@ -96,40 +76,6 @@ pub fn walk(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64]) -> Wal
         prev = fp + 16;
         fp = next_fp;
     }
-}
-
-/// Where the leaf's return address is when `pc` is at a frame-less point of
-/// the leaf: at `endbr64`/`push %rbp` (entry) or `ret`: `[sp]`; at
-/// `mov %rsp,%rbp` right after `push %rbp`: `[sp + 8]`. Code bytes are read
-/// only within the page of `pc` (the page is mapped: the thread executes it).
-#[inline]
-fn leaf_return_address(regs: Regs, stack_hi: u64) -> Option<u64> {
-    let pc = regs.pc;
-    if pc < 4096 {
-        return None;
-    }
-    let page_left = 4096 - (pc % 4096); // bytes readable from pc on
-    // SAFETY: reads within the page containing pc (see above).
-    let byte = |off: u64| -> u8 { unsafe { core::ptr::read_volatile((pc + off) as *const u8) } };
-    let b0 = byte(0);
-    let at_entry = b0 == 0x55
-        || (page_left >= 4 && b0 == 0xf3 && byte(1) == 0x0f && byte(2) == 0x1e && byte(3) == 0xfa);
-    let slot = if at_entry || b0 == 0xc3 {
-        regs.sp
-    } else if page_left >= 3 && b0 == 0x48 && byte(1) == 0x89 && byte(2) == 0xe5 && pc % 4096 != 0 && {
-        // SAFETY: pc - 1 is in the same page (pc is not page-aligned).
-        unsafe { core::ptr::read_volatile((pc - 1) as *const u8) == 0x55 }
-    } {
-        regs.sp + 8
-    } else {
-        return None;
-    };
-    if slot % 8 != 0 || slot.checked_add(8).is_none_or(|end| end > stack_hi) {
-        return None;
-    }
-    // SAFETY: slot lies in [sp, stack_hi), checked by the caller and above.
-    let ret = unsafe { core::ptr::read_volatile(slot as *const u64) };
-    (ret != 0).then_some(ret)
 }
 
 #[cfg(test)]

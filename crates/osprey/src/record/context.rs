@@ -1,6 +1,6 @@
 //! The per-thread [`ContextRecord`]: layout, checksum, write protocol and the
-//! signal-safe [`ContextRecord::read`]. See the parent module for the ordering
-//! argument.
+//! signal-safe [`ContextRecord::read`]. The ordering argument is in
+//! `crate::context`'s module docs.
 
 use core::sync::atomic::{compiler_fence, AtomicU32, AtomicU64, Ordering::*};
 
@@ -55,7 +55,9 @@ const _: () = {
 /// A validated context as seen by the handler.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ContextSnapshot {
+    /// Span id (0 = none).
     pub span_id: u64,
+    /// Local root span id (0 = none).
     pub local_root_span_id: u64,
     /// Interned tag value ids (0 = unset), by tag-key slot.
     pub tags: [u32; TAG_SLOTS],

@@ -1,0 +1,188 @@
+//! The processes `osprey exec` watches, and the CPython ones among them.
+//!
+//! Invariants:
+//! - without `--children` only the command's own pid is watched (through
+//!   every program it execs); with it, every descendant: a process whose
+//!   parent chain, as first seen, leads to the command, including orphans
+//!   reparented later;
+//! - a process is judged by the image it runs now: an exec (a new exe, or the
+//!   same exe mapped afresh) is a new image, and a sampler attached to the
+//!   previous one is stopped;
+//! - each CPython image gets one sampler thread, attached once.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Identity of the image a process runs: exe path and where its code and
+/// stack were mapped (fresh at every exec, with ASLR).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Image {
+    exe: String,
+    startcode: u64,
+    startstack: u64,
+}
+
+fn image(pid: i32) -> Option<Image> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?.to_string_lossy().into_owned();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    // Fields after the name start at field 3; startcode is field 26, startstack 28.
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let num = |i: usize| f.get(i - 3).and_then(|v| v.parse().ok());
+    Some(Image { exe, startcode: num(26)?, startstack: num(28)? })
+}
+
+fn ppid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// One Python sampler thread.
+struct Sampler {
+    image: Image,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<osprey_python::Summary, osprey_python::Error>>,
+}
+
+/// What a finished sampler reports.
+pub struct Finished {
+    pub pid: i32,
+    pub root: bool,
+    pub result: Result<osprey_python::Summary, osprey_python::Error>,
+}
+
+pub struct Tree {
+    root: i32,
+    children: bool,
+    opts: osprey_python::Options,
+    /// Parent of every pid seen in `/proc` (as first seen).
+    parents: HashMap<i32, i32>,
+    /// Images already judged not to be CPython.
+    native: HashMap<i32, Image>,
+    samplers: HashMap<i32, Sampler>,
+    /// Samplers told to stop (their process exec'd), not yet ended.
+    stopping: Vec<(i32, Sampler)>,
+    finished: Vec<Finished>,
+}
+
+impl Tree {
+    pub fn new(root: i32, children: bool, opts: osprey_python::Options) -> Tree {
+        Tree {
+            root,
+            children,
+            opts,
+            parents: HashMap::new(),
+            native: HashMap::new(),
+            samplers: HashMap::new(),
+            stopping: Vec::new(),
+            finished: Vec::new(),
+        }
+    }
+
+    /// The watched pids: the root, and with `--children` its descendants.
+    fn watched(&mut self) -> Vec<i32> {
+        if !self.children {
+            return vec![self.root];
+        }
+        let Ok(dir) = std::fs::read_dir("/proc") else { return vec![self.root] };
+        let live: HashSet<i32> =
+            dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect();
+        self.parents.retain(|p, _| live.contains(p));
+        for &p in &live {
+            if let std::collections::hash_map::Entry::Vacant(v) = self.parents.entry(p) {
+                if let Some(pp) = ppid(p) {
+                    v.insert(pp);
+                }
+            }
+        }
+        let mut out = vec![self.root];
+        let mut i = 0;
+        while i < out.len() {
+            let parent = out[i];
+            out.extend(self.parents.iter().filter(|(c, pp)| **pp == parent && **c != parent).map(|(c, _)| *c));
+            i += 1;
+        }
+        out
+    }
+
+    /// Looks for new CPython images among the watched processes and starts a
+    /// sampler on each; collects samplers whose process ended.
+    pub fn scan(&mut self) {
+        let pids = self.watched();
+        for pid in pids {
+            let Some(img) = image(pid) else { continue };
+            if self.native.get(&pid) == Some(&img) {
+                continue;
+            }
+            if let Some(s) = self.samplers.get(&pid) {
+                if s.image == img {
+                    continue;
+                }
+                // Told to stop, not waited for: it may still be waiting for
+                // the old image's interpreter to start.
+                let s = self.samplers.remove(&pid).expect("present");
+                s.stop.store(true, Ordering::SeqCst);
+                self.stopping.push((pid, s));
+            }
+            if osprey_python::is_cpython_process(pid) {
+                self.start(pid, img);
+            } else {
+                self.native.insert(pid, img);
+            }
+        }
+        let done: Vec<i32> = self.samplers.iter().filter(|(_, s)| s.thread.is_finished()).map(|(p, _)| *p).collect();
+        for pid in done {
+            self.stop_one(pid);
+        }
+        let (ended, running): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.stopping).into_iter().partition(|(_, s)| s.thread.is_finished());
+        self.stopping = running;
+        for (pid, s) in ended {
+            self.join(pid, s);
+        }
+    }
+
+    fn start(&mut self, pid: i32, image: Image) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (opts, flag) = (self.opts.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("py-{pid}"))
+            .spawn(move || osprey_python::attach(pid, &opts, &flag));
+        match thread {
+            Ok(thread) => {
+                self.samplers.insert(pid, Sampler { image, stop, thread });
+            }
+            Err(e) => self.finished.push(Finished { pid, root: pid == self.root, result: Err(e.into()) }),
+        }
+    }
+
+    fn stop_one(&mut self, pid: i32) {
+        if let Some(s) = self.samplers.remove(&pid) {
+            s.stop.store(true, Ordering::SeqCst);
+            self.join(pid, s);
+        }
+    }
+
+    fn join(&mut self, pid: i32, s: Sampler) {
+        let result = s.thread.join().unwrap_or_else(|_| Err(std::io::Error::other("sampler panicked").into()));
+        self.finished.push(Finished { pid, root: pid == self.root, result });
+    }
+
+    /// Stops every sampler (each writes its last profile) and returns what
+    /// all of them reported.
+    pub fn finish(mut self) -> Vec<Finished> {
+        let pids: Vec<i32> = self.samplers.keys().copied().collect();
+        for s in self.samplers.values() {
+            s.stop.store(true, Ordering::SeqCst);
+        }
+        for pid in pids {
+            self.stop_one(pid);
+        }
+        for (pid, s) in std::mem::take(&mut self.stopping) {
+            self.join(pid, s);
+        }
+        self.finished
+    }
+}

@@ -1,0 +1,415 @@
+//! The program is unchanged by osprey: programs it execs are never killed by
+//! an osprey signal, children made every way (raw clone, fork, vfork,
+//! daemon) neither hang nor crash and the parent's profile is complete.
+//!
+//! Needs the workspace built (`cargo build --workspace`); `cargo xtask test` does it.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+fn osprey() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "osprey-host-{tag}-{}-{}",
+        std::process::id(),
+        osprey::internals::signal::sys::monotonic_ns()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles `tests/c/<name>.c` into `dir`.
+fn compile_c(name: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
+    let out = dir.join(name);
+    let st = Command::new("cc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("cc (install gcc)");
+    assert!(st.success(), "compiling {}", src.display());
+    out
+}
+
+/// Runs `osprey exec ARGS`, killing it after `limit`; returns status, stdout, stderr and its pid.
+fn run_limited(args: &[&str], limit: Duration) -> (ExitStatus, String, String, u32) {
+    let mut child =
+        Command::new(osprey()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run osprey");
+    let pid = child.id();
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "osprey exec {args:?} hung (killed after {limit:?}); stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    (status, String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into(), pid)
+}
+
+/// `key N` in `text`.
+fn figure(text: &str, key: &str) -> u64 {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let i = words.iter().position(|w| *w == key).unwrap_or_else(|| panic!("no `{key}` in {text:?}"));
+    words[i + 1].parse().unwrap()
+}
+
+fn ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| v == "true")
+}
+
+/// A process with 200 MB resident and two busy threads re-execs itself
+/// (every function of the exec family in turn) while sampled at 10 kHz, with
+/// `--children` so each new program is sampled too. Without the exec
+/// interposition every exec'd program died of the sampling signal.
+#[test]
+fn exec_while_sampling_never_kills_the_new_program() {
+    let dir = tempdir("exec");
+    let prog = compile_c("reexec", &dir);
+    let total = if ci() { "200" } else { "1000" };
+    let out = dir.join("profiles");
+    let (st, stdout, stderr, _) = run_limited(
+        &[
+            "exec",
+            "--children",
+            "--hz",
+            "10000",
+            "--out",
+            out.to_str().unwrap(),
+            "--",
+            prog.to_str().unwrap(),
+            "drive",
+            total,
+            "10",
+            "200",
+        ],
+        Duration::from_secs(if ci() { 300 } else { 1200 }),
+    );
+    assert!(st.success(), "{st:?}\n{stderr}");
+    let (execs, deaths, failures) = (figure(&stdout, "execs"), figure(&stdout, "deaths"), figure(&stdout, "failures"));
+    eprintln!("exec at 10 kHz from a 200 MB parent: {execs} execs, {deaths} deaths");
+    assert!(execs >= total.parse().unwrap());
+    assert_eq!((deaths, failures), (0, 0), "{stderr}");
+}
+
+/// posix_spawn, system and popen children are new tasks without osprey's
+/// clocks: none of them receives an osprey signal.
+#[test]
+fn spawned_children_never_receive_an_osprey_signal() {
+    let dir = tempdir("spawn");
+    let prog = compile_c("spawners", &dir);
+    let out = dir.join("profiles");
+    let n = if ci() { "150" } else { "600" };
+    let (st, stdout, stderr, _) = run_limited(
+        &["exec", "--hz", "10000", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap(), n],
+        Duration::from_secs(300),
+    );
+    assert!(st.success(), "{st:?}\n{stderr}");
+    assert_eq!(figure(&stdout, "spawned"), n.parse::<u64>().unwrap());
+    assert_eq!((figure(&stdout, "deaths"), figure(&stdout, "failures")), (0, 0), "{stderr}");
+}
+
+/// Raw clone(SIGCHLD), fork, vfork (+_exit, +exec) and daemon children that
+/// end with exit(): no hang, no crash, every child exits 0, and the parent's
+/// last profile is written with its own frames.
+#[test]
+fn clone_fork_vfork_daemon_children_exiting() {
+    let dir = tempdir("clone");
+    let prog = compile_c("clones", &dir);
+    let out = dir.join("profiles");
+    let (st, stdout, stderr, pid) = run_limited(
+        &["exec", "--hz", "1000", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap(), "5"],
+        Duration::from_secs(60),
+    );
+    assert!(st.success() && st.signal().is_none(), "{st:?}\n{stderr}");
+    assert_eq!(figure(&stdout, "bad"), 0, "{stderr}");
+    let mine: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("osprey-{pid}-")))
+        .collect();
+    assert!(!mine.is_empty(), "the parent wrote no profile; stderr:\n{stderr}");
+    let profiles: Vec<_> = mine.iter().map(|p| osprey_pprof::read_profile(p).unwrap()).collect();
+    let s = osprey_pprof::summarize(&profiles, Some("cpu")).unwrap();
+    let parent = s.functions.iter().find(|f| f.name.ends_with("parent_work")).map_or(0, |f| f.cum);
+    // parent_work burns 5 x 20 ms of the parent's thread CPU time: at least
+    // half of it must be in the parent's profile (children write their own).
+    assert!(parent >= 50_000_000, "parent_work: {parent} ns of the 100 ms it burned");
+}
+
+/// `~/.pyenv/versions/3.12.*/bin/python3`, if installed.
+fn python312() -> Option<PathBuf> {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let mut hits: Vec<PathBuf> = std::fs::read_dir(Path::new(&home).join(".pyenv/versions"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("3.12."))
+        .map(|e| e.path().join("bin/python3"))
+        .filter(|p| p.exists())
+        .collect();
+    hits.sort();
+    hits.pop()
+}
+
+/// CPython runs as osprey's child: SIGUSR1 sent to osprey reaches the
+/// program's own handler, SIGTERM kills the program, and osprey exits with
+/// 128 + 15 after writing the last profile.
+#[test]
+fn python_child_gets_the_signals_sent_to_osprey() {
+    use std::io::{BufRead, BufReader};
+    let Some(py) = python312() else {
+        assert_eq!(
+            std::env::var("OSPREY_SKIP_MISSING_PYTHON").as_deref(),
+            Ok("1"),
+            "python 3.12 not found under ~/.pyenv"
+        );
+        return;
+    };
+    let dir = tempdir("pysig");
+    let script = "import signal, sys\n\
+        signal.signal(signal.SIGUSR1, lambda *a: print('usr1', flush=True))\n\
+        print('ready', flush=True)\n\
+        def spin():\n    x = 0\n    while True:\n        x += 1\n\
+        spin()\n";
+    let mut child = Command::new(osprey())
+        .args(["exec", "--hz", "100", "--out", dir.to_str().unwrap(), "--", py.to_str().unwrap(), "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling the osprey process we started.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    assert_eq!(lines.next().unwrap().unwrap(), "usr1");
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "osprey did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{st:?}");
+    let written = std::fs::read_dir(&dir).unwrap().flatten().any(|e| e.path().to_string_lossy().ends_with(".pb.gz"));
+    assert!(written, "no profile written");
+}
+
+/// A setuid program (of another user) runs with LD_PRELOAD ignored by the
+/// loader: osprey says so in one line instead of silently not profiling it.
+#[test]
+fn setuid_program_is_refused_with_one_line() {
+    let dir = tempdir("setuid");
+    let prog = dir.join("suid-true");
+    std::fs::copy("/bin/true", &prog).unwrap();
+    // SAFETY: plain id query.
+    let target = if unsafe { libc::geteuid() } == 0 {
+        // Owned by nobody (65534), setuid: exec would change the effective user.
+        let c = std::ffi::CString::new(prog.to_str().unwrap()).unwrap();
+        // SAFETY: chown/chmod of our own temporary file.
+        unsafe {
+            assert_eq!(libc::chown(c.as_ptr(), 65534, 65534), 0);
+            assert_eq!(libc::chmod(c.as_ptr(), 0o4755), 0);
+        }
+        prog
+    } else {
+        PathBuf::from("/usr/bin/passwd")
+    };
+    let out = Command::new(osprey()).args(["exec", "--", target.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("setuid") && err.trim().lines().count() == 1, "{err}");
+}
+
+/// Profiles written by process `pid` in `dir`, and the CPU nanoseconds
+/// their samples give to `function`.
+fn cpu_of(dir: &Path, pid: u32, function: &str) -> (usize, i64) {
+    let mine: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<PathBuf>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p: &PathBuf| p.file_name().unwrap().to_string_lossy().starts_with(&format!("osprey-{pid}-")))
+        .collect();
+    if mine.is_empty() {
+        return (0, 0);
+    }
+    let profiles: Vec<_> = mine.iter().map(|p| osprey_pprof::read_profile(p).unwrap()).collect();
+    let s = osprey_pprof::summarize(&profiles, Some("cpu")).unwrap();
+    (mine.len(), s.functions.iter().find(|f| f.name.ends_with(function)).map_or(0, |f| f.cum))
+}
+
+/// Starts `ending MODE` under `osprey exec` (60 s period: only the last
+/// profile can be written), waits for "ready" and ~300 ms of its CPU time.
+fn start_ending(
+    prog: &Path,
+    dir: &Path,
+    mode: &str,
+) -> (std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>) {
+    use std::io::BufRead;
+    let mut child = Command::new(osprey())
+        .args([
+            "exec",
+            "--hz",
+            "1000",
+            "--period",
+            "60",
+            "--out",
+            dir.to_str().unwrap(),
+            "--",
+            prog.to_str().unwrap(),
+            mode,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let pid = child.id();
+    let cpu = || {
+        std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cpu() < 300_000_000 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, lines)
+}
+
+fn wait_limited(child: &mut std::process::Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "the program did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// SIGINT, SIGTERM, SIGHUP with the default disposition: the program dies of
+/// the same signal (status unchanged) and its last profile holds the CPU it
+/// burned (>= half of the ~300 ms measured before the signal).
+#[test]
+fn termination_signal_writes_the_profile_then_kills() {
+    let dir = tempdir("term");
+    let prog = compile_c("ending", &dir);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let out = dir.join(format!("sig{sig}"));
+        let (mut child, _lines) = start_ending(&prog, &out, "spin");
+        // SAFETY: signalling the program we started.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let st = wait_limited(&mut child, Duration::from_secs(30));
+        assert_eq!(st.signal(), Some(sig), "signal {sig}: {st:?}");
+        let (files, ns) = cpu_of(&out, child.id(), "spin_work");
+        assert_eq!(files, 1, "signal {sig}: one last profile");
+        assert!(ns >= 150_000_000, "signal {sig}: spin_work has {ns} ns of ~300 ms");
+    }
+}
+
+/// A program with its own SIGTERM handler keeps it: the handler runs, the
+/// program exits 0, and the last profile is written at exit.
+#[test]
+fn own_termination_handler_is_kept() {
+    let dir = tempdir("ownterm");
+    let prog = compile_c("ending", &dir);
+    let out = dir.join("p");
+    let (mut child, mut lines) = start_ending(&prog, &out, "own");
+    // SAFETY: signalling the program we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = wait_limited(&mut child, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "{st:?}");
+    assert_eq!(lines.next().unwrap().unwrap(), format!("handled {}", libc::SIGTERM));
+    let (files, ns) = cpu_of(&out, child.id(), "spin_work");
+    assert_eq!(files, 1);
+    assert!(ns >= 150_000_000, "spin_work has {ns} ns");
+}
+
+/// `abort()` and `_exit()` write the profile so far; status unchanged.
+#[test]
+fn abort_and_exit_write_the_profile() {
+    let dir = tempdir("abort");
+    let prog = compile_c("ending", &dir);
+    for (mode, check) in [("abort", (None, Some(libc::SIGABRT))), ("_exit", (Some(3), None))] {
+        let out = dir.join(mode);
+        let (st, _, stderr, pid) = run_limited(
+            &[
+                "exec",
+                "--hz",
+                "1000",
+                "--period",
+                "60",
+                "--out",
+                out.to_str().unwrap(),
+                "--",
+                prog.to_str().unwrap(),
+                mode,
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!((st.code(), st.signal()), check, "{mode}: {stderr}");
+        let (files, ns) = cpu_of(&out, pid, "spin_work");
+        assert_eq!(files, 1, "{mode}: {stderr}");
+        assert!(ns >= 150_000_000, "{mode}: spin_work has {ns} ns of 300 ms");
+    }
+}
+
+/// A program that installs its own handler for osprey's sampling signal
+/// while sampled at 1 kHz gets it: osprey steps aside with one line on
+/// stderr, and the program's handler receives only the program's own signal
+/// (never one from osprey's CPU clock), through `sigaction` and `signal`.
+#[test]
+fn program_taking_osprey_signal_gets_it() {
+    let dir = tempdir("rtsig");
+    let prog = compile_c("rtsig", &dir);
+    for extra in [&[][..], &["signal"][..]] {
+        let out = dir.join(format!("p{}", extra.len()));
+        let mut args = vec!["exec", "--hz", "1000", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let (st, stdout, stderr, _) = run_limited(&args, Duration::from_secs(60));
+        assert!(st.success(), "{st:?}\n{stderr}");
+        assert_eq!((figure(&stdout, "foreign"), figure(&stdout, "own")), (0, 1), "{stdout}\n{stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("osprey:")).collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(lines[0].contains("its own handler for signal"), "{stderr}");
+    }
+}
+
+/// The program sees its dispositions unchanged: SIGINT, SIGTERM and SIGHUP
+/// read `SIG_DFL` through `sigaction` and `signal` while osprey's
+/// termination handler stands in for the default.
+#[test]
+fn termination_handler_is_invisible_to_the_program() {
+    let dir = tempdir("query");
+    let prog = compile_c("ending", &dir);
+    let out = dir.join("p");
+    let (st, stdout, stderr, _) = run_limited(
+        &["exec", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap(), "query"],
+        Duration::from_secs(60),
+    );
+    assert!(st.success(), "{st:?}\n{stderr}");
+    assert_eq!((figure(&stdout, "sigaction"), figure(&stdout, "signal")), (3, 3), "{stdout}");
+}

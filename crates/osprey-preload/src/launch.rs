@@ -1,0 +1,71 @@
+//! Which role the agent takes in the process that loaded it.
+//!
+//! `osprey exec` preloads the agent into the command it starts (the root).
+//! Invariants:
+//! - the first process to load the agent records its pid in `OSPREY_ROOT_PID`
+//!   (inherited by everything it execs or forks);
+//! - an exec in the root's own pid (a shim, `env`, a shebang, `sh -c 'exec ..'`)
+//!   keeps the agent in `LD_PRELOAD`, so the whole chain is followed without
+//!   `OSPREY_CHILDREN`; any other pid keeps it only with `OSPREY_CHILDREN=1`,
+//!   and otherwise neither profiles nor passes the agent on;
+//! - inside CPython (its `_PyRuntime` or `Py_Version` symbol is defined in the
+//!   executable or a loaded libpython), when `OSPREY_PYTHON_SAMPLER=1` says an
+//!   out-of-process sampler is watching, the native agent stays off: Python
+//!   frames come from that sampler, not from the interpreter's C stack.
+
+/// What the agent does in this process.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Start the native profiler.
+    Native,
+    /// CPython, sampled from outside by `osprey exec`: stay off.
+    Python,
+    /// A descendant of the root while children are not profiled.
+    Skip,
+}
+
+/// Decides the role and fixes `LD_PRELOAD` / `OSPREY_ROOT_PID` for the
+/// programs this process will exec. Runs in the constructor, single-threaded.
+pub fn decide() -> Role {
+    let me = std::process::id();
+    let root = match std::env::var("OSPREY_ROOT_PID").ok().and_then(|v| v.parse::<u32>().ok()) {
+        Some(r) => r,
+        None => {
+            std::env::set_var("OSPREY_ROOT_PID", me.to_string());
+            me
+        }
+    };
+    let children = std::env::var_os("OSPREY_CHILDREN").is_some_and(|v| v == "1");
+    if me != root && !children {
+        remove_self_from_ld_preload();
+        return Role::Skip;
+    }
+    let watched = std::env::var_os("OSPREY_PYTHON_SAMPLER").is_some_and(|v| v == "1");
+    if watched && is_cpython() {
+        Role::Python
+    } else {
+        Role::Native
+    }
+}
+
+/// CPython's runtime state is in this process: the interpreter itself, not a
+/// file name, decides.
+fn is_cpython() -> bool {
+    [c"_PyRuntime", c"Py_Version"].iter().any(|sym| {
+        // SAFETY: looking up a data symbol in the global scope; nothing is called.
+        !unsafe { libc::dlsym(libc::RTLD_DEFAULT, sym.as_ptr()) }.is_null()
+    })
+}
+
+/// Programs this process execs do not load the agent.
+fn remove_self_from_ld_preload() {
+    let Some(v) = std::env::var_os("LD_PRELOAD") else { return };
+    let v = v.to_string_lossy().into_owned();
+    let kept: Vec<&str> =
+        v.split([':', ' ']).filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so")).collect();
+    if kept.is_empty() {
+        std::env::remove_var("LD_PRELOAD");
+    } else {
+        std::env::set_var("LD_PRELOAD", kept.join(":"));
+    }
+}

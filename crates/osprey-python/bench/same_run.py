@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""osprey and py-spy (blocking mode) on the *same* run of a workload.
+
+Both attach to one process at the same time, at the same rate, for the
+same duration; the flat shares of the workload's functions are compared
+(osprey by cpu, py-spy by non-idle samples).
+
+  python3 same_run.py --osprey target/release/osprey [--python python3.12]
+      [--workload calls|mixed] [--secs 10] [--hz 100]
+
+Workloads: `calls`, a 3-level call loop (a -> b -> c, each doing a little
+work: where a sampler that drops torn stacks under-counts the innermost);
+`mixed`, CPU in two functions beside file I/O and sleeps."""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+WORKLOADS = {
+    "calls": '''
+def c(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+def b(n):
+    return c(n) + sum(range(n))
+def a(n):
+    return b(n) + len(str(n))
+print("ready", flush=True)
+while True:
+    for i in range(200):
+        a(i % 20)
+''',
+    "mixed": '''
+import os, tempfile, time
+def crunch(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+def parse(n):
+    out = []
+    for i in range(n):
+        out.append(str(i).split("1"))
+    return out
+def write_files(d):
+    for i in range(5):
+        with open(os.path.join(d, str(i)), "w") as f:
+            f.write("x" * 10000)
+d = tempfile.mkdtemp()
+print("ready", flush=True)
+while True:
+    crunch(30000)
+    parse(10000)
+    write_files(d)
+    time.sleep(0.005)
+''',
+}
+FUNCS = {"calls": ["a", "b", "c"], "mixed": ["crunch", "parse", "write_files", "sleep"]}
+
+
+def osprey_flat(osprey, out):
+    rep = subprocess.run([osprey, "report", out, "--top", "200", "--sample-index", "cpu"],
+                         capture_output=True, text=True, check=True).stdout
+    flat = {}
+    for line in rep.splitlines():
+        m = re.match(r"\s*\S+\s+([\d.]+)%\s+\S+\s+[\d.]+%\s+(.*)$", line)
+        if m:
+            name = m.group(2).split(".")[-1]
+            flat[name] = flat.get(name, 0.0) + float(m.group(1))
+    return flat
+
+
+def pyspy_flat(raw):
+    counts, total = {}, 0
+    for line in open(raw):
+        stack, _, n = line.rstrip().rpartition(" ")
+        if not stack:
+            continue
+        n = int(n)
+        leaf = stack.split(";")[-1]
+        name = leaf.split(" (")[0].split(".")[-1]
+        counts[name] = counts.get(name, 0) + n
+        total += n
+    return {k: 100.0 * v / total for k, v in counts.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--osprey", required=True)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--workload", default="calls", choices=WORKLOADS)
+    ap.add_argument("--secs", type=float, default=10)
+    ap.add_argument("--hz", type=int, default=100)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    src = os.path.join(tmp, "w.py")
+    open(src, "w").write(WORKLOADS[args.workload])
+    p = subprocess.Popen([args.python, src], stdout=subprocess.PIPE)
+    assert p.stdout.readline().strip() == b"ready"
+    out, raw = os.path.join(tmp, "osprey"), os.path.join(tmp, "pyspy.txt")
+    secs = str(int(args.secs))
+    o = subprocess.Popen([args.osprey, "attach", "--pid", str(p.pid), "--duration", secs,
+                          "--hz", str(args.hz), "--out", out], stderr=subprocess.PIPE, text=True)
+    # osprey first: its thread-state discovery may use ptrace, which py-spy's
+    # attachment would refuse; once found, thread states are cached.
+    time.sleep(0.5)
+    s = subprocess.Popen(["py-spy", "record", "--pid", str(p.pid), "--duration", secs, "--rate",
+                          str(args.hz), "--format", "raw", "-o", raw],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, err = o.communicate()
+    s.wait()
+    if o.returncode != 0 or not (os.path.isdir(out) and os.listdir(out)):
+        p.kill()
+        sys.exit(f"osprey attach failed: {err}")
+    p.kill()
+    a, b = osprey_flat(args.osprey, out), pyspy_flat(raw)
+    worst = 0.0
+    print(f"{'function':<14} {'osprey':>8} {'py-spy':>8}")
+    for f in FUNCS[args.workload]:
+        x, y = a.get(f, 0.0), b.get(f, 0.0)
+        worst = max(worst, abs(x - y))
+        print(f"{f:<14} {x:>7.1f}% {y:>7.1f}%")
+    print(f"largest difference {worst:.1f} points")
+
+
+if __name__ == "__main__":
+    main()

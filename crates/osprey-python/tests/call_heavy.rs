@@ -1,0 +1,130 @@
+//! Stacks that change as fast as they are read. A loop calling a 20-deep
+//! recursion, sampled at 100 Hz for 3 s on every interpreter: at least 95%
+//! of the expected samples are kept and at least 99% of them end at the
+//! right outermost frame; each sample's CPU is the thread's own since its
+//! previous sample (no lumps). A 10,000-deep stack is sampled, truncated
+//! beyond `MAX_DEPTH` with a `[truncated]` frame, and counted.
+
+mod common;
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use osprey_pprof::{Frame, ProfileData};
+use osprey_python::stack::{MAX_DEPTH, TRUNCATED};
+use osprey_python::{attach_with_sink, Options};
+
+const INTERPRETERS: [&str; 10] =
+    ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian-3.11", "forky-3.13", "forky-3.14", "forky-3.15"];
+
+fn start(py: &common::Py, args: &[&str]) -> common::Workload {
+    py.start_script(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/calls.py"), args)
+}
+
+fn collect(pid: i32, hz: u32, secs: f64) -> (Vec<ProfileData>, osprey_python::Summary) {
+    let opts = Options {
+        hz,
+        period: Duration::from_secs(3600),
+        out_dir: std::env::temp_dir(),
+        duration: Some(Duration::from_secs_f64(secs)),
+        method: None,
+    };
+    let mut out = Vec::new();
+    let summary = attach_with_sink(pid, &opts, &AtomicBool::new(false), &mut |d| {
+        out.push(d.clone());
+        Ok(None)
+    })
+    .unwrap_or_else(|e| panic!("attach: {e}"));
+    (out, summary)
+}
+
+fn name(f: &Frame) -> &str {
+    match f {
+        Frame::Function { name, .. } => name,
+        Frame::Synthetic(s) => s,
+        Frame::Native { .. } => "native",
+    }
+}
+
+#[test]
+fn recursion_loop_keeps_samples_and_outermost_frames() {
+    let mut failures = Vec::new();
+    for v in INTERPRETERS {
+        let Some(py) = common::python(v) else { continue };
+        let _slots = common::slots(common::SLOTS);
+        let w = start(&py, &["recurse"]);
+        let (profiles, summary) = collect(w.pid(), 100, 3.0);
+        let (mut kept, mut right, mut truncated, mut cpu, mut max_cpu) = (0i64, 0i64, 0i64, 0i64, 0i64);
+        for p in &profiles {
+            for s in &p.samples {
+                let n = s.values[0];
+                kept += n;
+                // Outermost: the module, then main (innermost first).
+                let names: Vec<&str> = s.frames.iter().map(name).collect();
+                let outer_ok = names.last() == Some(&"<module>")
+                    && names.len() >= 2
+                    && names[names.len() - 2] == "main"
+                    && names[..names.len() - 2].iter().all(|f| *f == "recurse")
+                    && names.len() <= 22;
+                if outer_ok {
+                    right += n;
+                }
+                if names.contains(&TRUNCATED) {
+                    truncated += n;
+                }
+                cpu += s.values[1];
+                max_cpu = max_cpu.max(s.values[1] / n.max(1));
+            }
+        }
+        let expected = summary.passes_requested as f64;
+        let line = format!(
+            "{v}: kept {kept}/{expected} ({:.1}%), right outermost {:.1}%, truncated {truncated}, retries {}, cpu {:.0} ms, max per sample {:.1} ms",
+            100.0 * kept as f64 / expected,
+            100.0 * right as f64 / kept.max(1) as f64,
+            summary.retries,
+            cpu as f64 / 1e6,
+            max_cpu as f64 / 1e6
+        );
+        eprintln!("{line}");
+        if (kept as f64) < 0.95 * expected || (right as f64) < 0.99 * kept as f64 {
+            failures.push(line);
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// CPU per sample is the thread's CPU since its previous sample: a thread
+/// busy all the time has a CPU value on nearly every sample, and none of
+/// them carries more than a few intervals' worth.
+#[test]
+fn cpu_per_sample_has_no_lumps() {
+    let Some(py) = common::python("3.12") else { return };
+    let _slots = common::slots(common::SLOTS);
+    let w = start(&py, &["recurse"]);
+    let (profiles, _) = collect(w.pid(), 100, 2.0);
+    let values: Vec<(i64, i64)> =
+        profiles.iter().flat_map(|p| p.samples.iter().map(|s| (s.values[0], s.values[1]))).collect();
+    let (n, with_cpu): (i64, i64) = values.iter().fold((0, 0), |a, (c, v)| (a.0 + c, a.1 + (*v > 0) as i64 * c));
+    let total: i64 = values.iter().map(|v| v.1).sum();
+    let biggest = values.iter().map(|(c, v)| v / c.max(&1)).max().unwrap_or(0);
+    eprintln!("{with_cpu}/{n} samples with CPU, total {} ms, largest {} ms", total / 1_000_000, biggest / 1_000_000);
+    assert!(with_cpu as f64 >= 0.9 * n as f64, "{with_cpu}/{n} samples carry CPU");
+    assert!((biggest as f64) < 0.05 * total as f64, "one sample carries {biggest} of {total} ns");
+}
+
+#[test]
+fn ten_thousand_frames() {
+    let Some(py) = common::python("3.12") else { return };
+    let _slots = common::slots(1);
+    let w = start(&py, &["deep", "10000"]);
+    let (profiles, summary) = collect(w.pid(), 20, 1.0);
+    let samples: Vec<_> = profiles.iter().flat_map(|p| &p.samples).collect();
+    assert!(!samples.is_empty(), "no samples of a 10,000-deep stack");
+    for s in &samples {
+        assert_eq!(s.frames.len(), MAX_DEPTH + 1, "innermost MAX_DEPTH frames and the marker");
+        assert_eq!(name(s.frames.last().unwrap()), TRUNCATED);
+        assert_eq!(name(&s.frames[0]), "spin_at");
+    }
+    assert!(summary.torn as usize >= samples.len());
+    assert!(profiles.iter().any(|p| p.comments.iter().any(|c| c.contains("[truncated]"))), "counted in the comments");
+}

@@ -1,0 +1,141 @@
+//! The collector: osprey's one background thread. It scans for threads
+//! nobody announced, drains the per-thread sample rings every drain interval,
+//! and each period rotates storage, aggregates and writes a profile. It never
+//! runs on the signal path and is never sampled itself.
+
+mod aggregate;
+
+pub use aggregate::{
+    Aggregator, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED,
+};
+
+use crate::config::Config;
+use crate::discovery::Discovery;
+use crate::dispositions::Installed;
+use crate::record::RING_CAPACITY;
+use crate::registry::Registry;
+use crate::signal::sys;
+use crate::storage::CallTraceStorage;
+use crate::threads;
+use osprey_pprof as pprof;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+/// What the collector thread and the caller of `stop`/`flush` share.
+#[derive(Default)]
+pub(crate) struct Control {
+    /// Set by `stop`: write the last profile and exit.
+    pub stop: bool,
+    /// Set by `flush`: write a profile now; cleared when written.
+    pub flush_requested: bool,
+    /// The file of the last flush, if it wrote one.
+    pub last_file: Option<PathBuf>,
+    /// Every file written so far.
+    pub files: Vec<PathBuf>,
+}
+
+/// A running agent: its configuration and its collector thread. Leaked when
+/// started (handlers and the fork hook may still reach it), never freed.
+pub(crate) struct Agent {
+    pub cfg: Config,
+    pub runtime_id: String,
+    pub storage: &'static CallTraceStorage,
+    pub control: Arc<(Mutex<Control>, Condvar)>,
+    pub thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    pub dispositions: Vec<Installed>,
+}
+
+/// Starts the collector thread of `agent`; returns once it has registered
+/// itself as internal (never primed, never sampled).
+pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::Builder::new().name("osprey-collect".into()).spawn(move || {
+        let _ = tx.send(());
+        run(agent);
+    })?;
+    let _ = rx.recv();
+    *agent.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+    Ok(())
+}
+
+fn run(agent: &'static Agent) {
+    let Some(reg) = Registry::get() else { return };
+    let storage = agent.storage;
+    let cfg = &agent.cfg;
+    // The collector is not profiled (an interposed pthread_create may have registered it).
+    threads::unregister_current();
+    let mut discovery = Discovery::default();
+    discovery.internal.insert(sys::gettid());
+    let mut aggregator = Aggregator::default();
+    let (lock, cv) = &*agent.control;
+    let now = Instant::now();
+    let drain_interval = drain_interval(cfg);
+    let (mut next_scan, mut next_drain, mut next_flush) = (now, now + drain_interval, now + cfg.period);
+    loop {
+        let now = Instant::now();
+        if now >= next_scan {
+            let appeared = discovery.scan(reg);
+            aggregator.note_threads(&appeared);
+            reg.grow_if_low();
+            next_scan = now + discovery.next_interval(cfg.scan_interval);
+        }
+        if now >= next_drain {
+            aggregator.drain(reg);
+            next_drain = now + drain_interval;
+        }
+        let (stop, flush_now) = {
+            let g = lock.lock().unwrap_or_else(|e| e.into_inner());
+            (g.stop, g.flush_requested)
+        };
+        if stop {
+            break;
+        }
+        if flush_now || now >= next_flush {
+            aggregator.add_unsampled(discovery.take_unsampled());
+            let file = write(agent, &mut aggregator, reg, storage);
+            let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+            g.flush_requested = false;
+            g.last_file = file.clone();
+            g.files.extend(file);
+            cv.notify_all();
+            next_flush = Instant::now() + cfg.period;
+        }
+        let wake = next_scan.min(next_drain).min(next_flush);
+        let g = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if !g.stop && !g.flush_requested {
+            let _ = cv.wait_timeout(g, wake.saturating_duration_since(Instant::now()));
+        }
+    }
+    // Final flush: sampling is already off and no handler is in flight (see `profiler::stop`).
+    discovery.check_now(reg);
+    aggregator.add_unsampled(discovery.take_unsampled());
+    let file = write(agent, &mut aggregator, reg, storage);
+    let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+    g.files.extend(file);
+}
+
+/// How often the sample rings are drained: the configured interval, or
+/// sooner at high rates, so a busy thread's ring (`RING_CAPACITY` records)
+/// is never more than half full between two drains.
+fn drain_interval(cfg: &Config) -> std::time::Duration {
+    let half_ring = std::time::Duration::from_secs_f64(RING_CAPACITY as f64 / 2.0 / cfg.hz.max(1) as f64);
+    cfg.drain_interval.min(half_ring).max(std::time::Duration::from_millis(1))
+}
+
+fn write(agent: &Agent, aggregator: &mut Aggregator, reg: &Registry, storage: &CallTraceStorage) -> Option<PathBuf> {
+    let mut comments = vec![format!("runtime-id={}", agent.runtime_id)];
+    comments.push(format!("osprey {} hz={}", env!("CARGO_PKG_VERSION"), agent.cfg.hz));
+    let mut data = aggregator.flush(reg, storage, agent.cfg.period_ns(), comments);
+    data.lines = agent.cfg.lines;
+    if data.samples.is_empty() {
+        return None;
+    }
+    match pprof::write_profile(&agent.cfg.out_dir, &data) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("osprey: cannot write profile to {}: {e}", agent.cfg.out_dir.display());
+            None
+        }
+    }
+}

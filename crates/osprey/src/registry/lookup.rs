@@ -1,0 +1,119 @@
+//! The registry's signal-safe half: finding the calling thread's record
+//! through the tid table, and claiming one from the free list (the priming
+//! handler does). Atomics only, on memory mapped before handlers run.
+
+use super::{Registry, GLOBAL, MAX_SEGMENTS};
+use crate::record::{Origin, Record, RecordState};
+use std::sync::atomic::{AtomicU32, Ordering::*};
+
+impl Registry {
+    /// The process registry if it exists. Signal-safe (one atomic load).
+    #[inline(always)]
+    pub fn get() -> Option<&'static Registry> {
+        // SAFETY: published once with Release and never freed.
+        unsafe { GLOBAL.load(Acquire).as_ref() }
+    }
+
+    /// The record at `index`, if mapped. Signal-safe.
+    #[inline]
+    pub fn record(&self, index: usize) -> Option<&'static Record> {
+        let seg = index / self.segment_len;
+        if seg >= MAX_SEGMENTS {
+            return None;
+        }
+        let base = self.segments[seg].load(Acquire);
+        if base.is_null() {
+            return None;
+        }
+        // SAFETY: segments are never unmapped; index is within the segment.
+        Some(unsafe { &*base.add(index % self.segment_len) })
+    }
+
+    #[inline(always)]
+    pub(super) fn tid_slot(&self, tid: i32) -> Option<&AtomicU32> {
+        let t = tid as usize;
+        if tid <= 0 || t >= self.tid_limit {
+            return None;
+        }
+        // SAFETY: t < tid_limit, table mapped for tid_limit entries.
+        Some(unsafe { &*self.tid_table.add(t) })
+    }
+
+    /// Depth of osprey signal handlers running on thread `tid` (registered
+    /// or not). Handlers bump it on entry; the test allocator aborts when it
+    /// is non-zero. Signal-safe.
+    #[inline]
+    pub fn handler_depth(&self, tid: i32) -> Option<&AtomicU32> {
+        let t = tid as usize;
+        if tid <= 0 || t >= self.tid_limit {
+            return None;
+        }
+        // SAFETY: t < tid_limit, table mapped for tid_limit entries.
+        Some(unsafe { &*self.depth_table.add(t) })
+    }
+
+    /// Record index registered for `tid`. Signal-safe.
+    #[inline]
+    pub fn lookup(&self, tid: i32) -> Option<(usize, &'static Record)> {
+        let v = self.tid_slot(tid)?.load(Acquire);
+        if v == 0 {
+            return None;
+        }
+        let idx = (v - 1) as usize;
+        let rec = self.record(idx)?;
+        (rec.tid.load(Relaxed) == tid).then_some((idx, rec))
+    }
+
+    /// Claims a record for `tid`, the calling thread, or returns the one it
+    /// has; `now_ns` is its registration time. Signal-safe: callable from the
+    /// priming handler. Callers outside a handler must block the profiler's
+    /// signals around it (see `threads::register_current`).
+    pub fn claim(&self, tid: i32, origin: Origin, now_ns: u64) -> Option<(usize, &'static Record)> {
+        if let Some(found) = self.lookup(tid) {
+            return Some(found); // dedup: already registered
+        }
+        let slot = self.tid_slot(tid)?;
+        let Some(idx) = self.pop_free() else {
+            self.exhausted.fetch_add(1, Relaxed);
+            return None;
+        };
+        let rec = self.record(idx as usize)?;
+        rec.tid.store(tid, Relaxed);
+        rec.origin.store(origin as u32, Relaxed);
+        rec.registered_ns.store(now_ns, Relaxed);
+        rec.state.store(RecordState::Claimed as u32, Release);
+        if slot.compare_exchange(0, idx + 1, AcqRel, Acquire).is_err() {
+            // A stale entry for a reused tid: the old owner is dead (its tid is ours now).
+            let old = slot.load(Acquire);
+            if let Some(old_rec) = self.record((old - 1) as usize) {
+                if old_rec.tid.load(Relaxed) == tid {
+                    old_rec.tid.store(0, Relaxed);
+                    old_rec.state.store(RecordState::Retired as u32, Release);
+                }
+            }
+            slot.store(idx + 1, Release);
+        }
+        Some((idx as usize, rec))
+    }
+
+    /// Signal-safe pop. Returns a record index.
+    fn pop_free(&self) -> Option<u32> {
+        let mut head = self.free_head.load(Acquire);
+        loop {
+            let top = head as u32;
+            if top == 0 {
+                return None;
+            }
+            let rec = self.record((top - 1) as usize)?;
+            let next = rec.next_free.load(Relaxed);
+            let new = ((head >> 32).wrapping_add(1) << 32) | next as u64;
+            match self.free_head.compare_exchange_weak(head, new, AcqRel, Acquire) {
+                Ok(_) => {
+                    self.free_count.fetch_sub(1, Relaxed);
+                    return Some(top - 1);
+                }
+                Err(h) => head = h,
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The registry's agent side: creating the pool, growing it, retiring the
+//! records of threads that are gone and recycling them once drained. Maps
+//! memory, allocates, takes the init lock: never called from a handler.
+
+use super::{Registry, RegistryConfig, GLOBAL, INIT_LOCK, MAX_SEGMENTS};
+use crate::mmap::map_zeroed;
+use crate::record::{Record, RecordState};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Mutex;
+
+/// Serialises growth of the pool (see `add_segment_locked`).
+static GROW_LOCK: Mutex<()> = Mutex::new(());
+
+impl Registry {
+    /// The process registry, created with `cfg` if it does not exist yet (the
+    /// first configuration wins). Not signal-safe.
+    pub fn get_or_init(cfg: RegistryConfig) -> std::io::Result<&'static Registry> {
+        if let Some(r) = Self::get() {
+            return Ok(r);
+        }
+        let _g = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = Self::get() {
+            return Ok(r);
+        }
+        let r: &'static Registry = Box::leak(Box::new(Registry::new(cfg)?));
+        GLOBAL.store(r as *const _ as *mut _, Release);
+        Ok(r)
+    }
+
+    fn new(cfg: RegistryConfig) -> std::io::Result<Registry> {
+        let tid_limit = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(4_194_304)
+            .min(4_194_304)
+            + 1;
+        let tid_table = map_zeroed(tid_limit * 4)? as *const AtomicU32;
+        let depth_table = map_zeroed(tid_limit * 4)? as *const AtomicU32;
+        let r = Registry {
+            segments: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_SEGMENTS],
+            nsegments: AtomicUsize::new(0),
+            segment_len: cfg.capacity.max(1),
+            growable: cfg.growable,
+            free_head: AtomicU64::new(0),
+            free_count: AtomicUsize::new(0),
+            tid_table,
+            depth_table,
+            tid_limit,
+            dropped_unregistered: AtomicU64::new(0),
+            exhausted: AtomicU64::new(0),
+        };
+        r.add_segment()?;
+        Ok(r)
+    }
+
+    /// Maps one more segment and pushes its records on the free list.
+    /// Not signal-safe; called at creation, by the collector when low, and
+    /// by threads registering themselves when the pool is empty.
+    pub fn add_segment(&self) -> std::io::Result<bool> {
+        let _g = GROW_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        self.add_segment_locked()
+    }
+
+    /// [`Registry::add_segment`] with `GROW_LOCK` held: growth is serialised,
+    /// so two growers never map the same segment slot (which would lose one
+    /// mapping and put the same record indices on the free list twice).
+    fn add_segment_locked(&self) -> std::io::Result<bool> {
+        let n = self.nsegments.load(Acquire);
+        if n >= MAX_SEGMENTS {
+            return Ok(false);
+        }
+        let bytes = self.segment_len * core::mem::size_of::<Record>();
+        let base = map_zeroed(bytes)? as *mut Record;
+        // Zeroed memory is a valid free Record (record module docs).
+        self.segments[n].store(base, Release);
+        self.nsegments.store(n + 1, Release);
+        for i in (0..self.segment_len).rev() {
+            self.push_free((n * self.segment_len + i) as u32);
+        }
+        Ok(true)
+    }
+
+    /// Adds a segment if fewer than a quarter of the records are free and growth is allowed.
+    pub fn grow_if_low(&self) {
+        if self.growable && self.free_count.load(Relaxed) * 4 < self.segment_len {
+            let _ = self.add_segment();
+        }
+    }
+
+    /// Adds a segment now if growth is allowed. Not signal-safe.
+    pub fn grow_now(&self) -> bool {
+        if !self.growable {
+            return false;
+        }
+        let _g = GROW_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        // Another thread may have grown the pool while this one waited.
+        self.free_count() > 0 || self.add_segment_locked().unwrap_or(false)
+    }
+
+    /// Number of records mapped so far (upper bound of indices in use).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.nsegments.load(Acquire) * self.segment_len
+    }
+
+    /// Records currently on the free list.
+    pub fn free_count(&self) -> usize {
+        self.free_count.load(Relaxed)
+    }
+
+    /// Largest number of records the pool can ever hold.
+    pub fn max_records(&self) -> usize {
+        if self.growable {
+            MAX_SEGMENTS * self.segment_len
+        } else {
+            self.segment_len
+        }
+    }
+
+    /// Marks the record of `tid` retired: it stops being found by the handler;
+    /// the collector drains and recycles it. Call from the exiting thread (with
+    /// profiler signals blocked) or for a tid known to be dead.
+    pub fn retire(&self, tid: i32) -> bool {
+        let Some((idx, rec)) = self.lookup(tid) else { return false };
+        if let Some(slot) = self.tid_slot(tid) {
+            let _ = slot.compare_exchange(idx as u32 + 1, 0, AcqRel, Acquire);
+        }
+        // A zero tid tells writer-side caches (`context`) the record is no longer theirs.
+        rec.tid.store(0, Release);
+        rec.state.store(RecordState::Retired as u32, Release);
+        true
+    }
+
+    /// Puts a drained, retired record back on the free list. Collector only.
+    pub fn recycle(&self, index: usize) {
+        let Some(rec) = self.record(index) else { return };
+        if rec.state.compare_exchange(RecordState::Retired as u32, RecordState::Free as u32, AcqRel, Acquire).is_err() {
+            return;
+        }
+        rec.tid.store(0, Relaxed);
+        rec.origin.store(0, Relaxed);
+        rec.stack_hi.store(0, Relaxed);
+        rec.stack_lo.store(0, Relaxed);
+        rec.primed_sp.store(0, Relaxed);
+        rec.start_time.store(0, Relaxed);
+        rec.charged_ns.store(0, Relaxed);
+        rec.blocked.store(0, Relaxed);
+        rec.last_depth.store(0, Relaxed);
+        rec.start_routine.store(0, Relaxed);
+        rec.exit_name[0].store(0, Relaxed);
+        rec.exit_name[1].store(0, Relaxed);
+        rec.context.reset();
+        self.push_free(index as u32);
+    }
+
+    /// Visits every record index that is not free.
+    pub fn for_each_active(&self, mut f: impl FnMut(usize, &'static Record)) {
+        for i in 0..self.capacity() {
+            if let Some(r) = self.record(i) {
+                if r.state() != RecordState::Free {
+                    f(i, r);
+                }
+            }
+        }
+    }
+
+    fn push_free(&self, index: u32) {
+        let rec = self.record(index as usize).expect("mapped record");
+        let mut head = self.free_head.load(Acquire);
+        loop {
+            rec.next_free.store(head as u32, Relaxed);
+            let new = ((head >> 32).wrapping_add(1) << 32) | (index as u64 + 1);
+            match self.free_head.compare_exchange_weak(head, new, AcqRel, Acquire) {
+                Ok(_) => break,
+                Err(h) => head = h,
+            }
+        }
+        self.free_count.fetch_add(1, Relaxed);
+    }
+}

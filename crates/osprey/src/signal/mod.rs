@@ -1,0 +1,36 @@
+//! Everything that may run inside osprey's signal handlers, and nothing else.
+//!
+//! | file | what |
+//! |---|---|
+//! | `handler.rs` | [`on_sample`] and [`on_prime`], the in-flight and depth guards |
+//! | `state.rs` | [`STATE`], the process-wide state handlers read |
+//! | `unwind.rs` | the frame-pointer walk |
+//! | `sys.rs` | raw system calls, clocks, the errno guard |
+//! | `shutdown.rs` | `on_terminate`: SIGINT/SIGTERM/SIGHUP, last profile, then the default action |
+//! | `arch/` | registers from `ucontext`, prologue decoding, the `syscall` asm |
+//!
+//! # Rules for code in this folder
+//! No allocation, no lock, no panic (no indexing that can fail, no unwrap),
+//! no lazily initialised thread-local, no libc call that is not
+//! async-signal-safe; `errno` is saved and restored by every entry point.
+//! The interrupted stack is used for one frame array of
+//! [`MAX_FRAMES`] words plus a few hundred bytes of locals.
+//!
+//! # Imports
+//! This folder imports only itself and the signal-safe halves of the shared
+//! data structures: [`crate::record`] (thread record layout, context read,
+//! sample ring push), [`crate::registry`]'s `lookup.rs` and
+//! [`crate::storage`]'s `put.rs`. Agent-side code (installing handlers,
+//! discovery, the collector) imports from here, never the other way;
+//! `tests/layering.rs` checks it.
+
+pub(crate) mod arch;
+mod handler;
+pub mod shutdown;
+mod state;
+pub mod sys;
+pub mod unwind;
+
+pub use handler::in_handler;
+pub(crate) use handler::{on_prime, on_sample, InFlight};
+pub use state::{HandlerState, MAX_FRAMES, STATE};

@@ -1,0 +1,49 @@
+//! The state handlers read: one process-wide [`HandlerState`], set by the
+//! agent before sampling starts, plus the handlers' own counters.
+
+use crate::storage::CallTraceStorage;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize};
+
+pub use crate::record::MAX_FRAMES;
+
+/// Handler-visible configuration and counters.
+///
+/// Invariant: `storage` is published (Release) before `enabled` is set and is
+/// never freed while the process lives (replaced storages are leaked), so a
+/// handler that saw `enabled` may dereference what it loads.
+pub struct HandlerState {
+    /// Sampling on/off; the handler returns at once when off.
+    pub enabled: AtomicBool,
+    /// Where handlers `put` stacks.
+    pub storage: AtomicPtr<CallTraceStorage>,
+    /// Frames kept per stack (1..=[`MAX_FRAMES`]).
+    pub max_depth: AtomicUsize,
+    /// CPU nanoseconds one sample stands for.
+    pub period_ns: AtomicU64,
+    /// Sampling signals handled (any thread).
+    pub signals: AtomicU64,
+    /// Samples whose stack walk hit `max_depth`.
+    pub truncated: AtomicU64,
+    /// Samples taken before the thread's stack bounds were known (leaf only).
+    pub leaf_only: AtomicU64,
+    /// Priming signals handled.
+    pub primed: AtomicU64,
+    /// The sampling signal's number (0 before start).
+    pub sample_signal: AtomicI32,
+    /// The priming signal's number (0 before start).
+    pub prime_signal: AtomicI32,
+}
+
+/// The one handler state of the process.
+pub static STATE: HandlerState = HandlerState {
+    enabled: AtomicBool::new(false),
+    storage: AtomicPtr::new(core::ptr::null_mut()),
+    max_depth: AtomicUsize::new(128),
+    period_ns: AtomicU64::new(10_000_000),
+    signals: AtomicU64::new(0),
+    truncated: AtomicU64::new(0),
+    leaf_only: AtomicU64::new(0),
+    primed: AtomicU64::new(0),
+    sample_signal: AtomicI32::new(0),
+    prime_signal: AtomicI32::new(0),
+};

@@ -1,0 +1,269 @@
+//! The thread-start path: a thread registers itself (interposed
+//! `pthread_create`, `register_current_thread`, or its first trace-context
+//! write), learns its stack bounds and arms its CPU clock, all with signals
+//! blocked; and the helpers about threads that discovery shares.
+
+use crate::cpu_clock::{self, thread_cpu_ns};
+use crate::record::{Origin, Record, SampleRecord};
+use crate::registry::{Registry, RegistryConfig};
+use crate::signal::{sys, InFlight, STATE};
+use std::sync::atomic::Ordering::*;
+
+/// Thread-start path: registers the calling thread, learns its stack and arms
+/// its CPU clock, all with signals blocked. Idempotent.
+pub fn register_current() -> Option<(usize, &'static Record)> {
+    let reg = Registry::get()?;
+    let _blocked = SignalBlock::all();
+    // Outside any handler the pool may grow on the spot: a burst of new
+    // threads can outrun the collector's recycling of exited ones.
+    let (me, now) = (sys::gettid(), sys::monotonic_ns());
+    let claim = || reg.claim(me, Origin::ThreadStart, now);
+    let (idx, rec) = claim().or_else(|| if reg.grow_now() { claim() } else { None })?;
+    if rec.stack_hi.load(Acquire) == 0 {
+        if let Some((lo, hi)) = current_stack_bounds() {
+            rec.stack_lo.store(lo, Relaxed);
+            rec.stack_hi.store(hi, Release);
+        }
+    }
+    // A thread that blocks the sampling signal (e.g. started with every
+    // signal blocked by its creator) gets no clock: signals would only pile up.
+    if _blocked.was_blocked(STATE.sample_signal.load(Relaxed)) {
+        rec.blocked.store(1, Relaxed);
+    } else {
+        let _ = cpu_clock::arm(rec);
+    }
+    Some((idx, rec))
+}
+
+/// Like [`register_current`], remembering `routine` as the stack to charge
+/// for CPU time used before the thread's first sample.
+pub fn register_current_with_start(routine: usize) -> Option<(usize, &'static Record)> {
+    let r = register_current()?;
+    r.1.start_routine.store(routine as u64, Relaxed);
+    Some(r)
+}
+
+/// Thread-exit path: charges the CPU time the thread used since its last
+/// sample (a thread shorter than one period would otherwise show none) to
+/// its last stack, or to its start routine when it was never sampled; then
+/// disarms and retires the record.
+pub fn unregister_current() {
+    let Some(reg) = Registry::get() else { return };
+    let _blocked = SignalBlock::all();
+    let me = sys::gettid();
+    if let Some((slot, rec)) = reg.lookup(me) {
+        cpu_clock::disarm(rec);
+        charge_remainder(slot, rec, me);
+        // The name as the thread leaves (renames included), for samples drained after it is gone.
+        let mut name = [0u8; 16];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes into `name`.
+        if unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) } == 0 {
+            let word = |i: usize| u64::from_ne_bytes(name[i..i + 8].try_into().unwrap_or([0; 8]));
+            rec.exit_name[0].store(word(0), Relaxed);
+            rec.exit_name[1].store(word(8), Release);
+        }
+        reg.retire(me);
+    }
+}
+
+/// See [`unregister_current`]. Runs on the exiting thread with every signal
+/// blocked, so its frame buffer is its own.
+fn charge_remainder(slot: usize, rec: &Record, tid: i32) {
+    if rec.blocked.load(Relaxed) != 0 {
+        return; // accounted by discovery from its CPU clock
+    }
+    let Some(_in_flight) = InFlight::enter(rec) else { return };
+    // SAFETY: published before `enabled`, never freed (see `signal::STATE`).
+    let Some(storage) = (unsafe { STATE.storage.load(Acquire).as_ref() }) else { return };
+    let Some(cpu) = thread_cpu_ns(tid) else { return };
+    let rest = cpu.saturating_sub(rec.charged_ns.load(Relaxed));
+    if rest == 0 {
+        return;
+    }
+    // SAFETY: only this thread touches its frame buffer, and its handler cannot run (signals blocked).
+    let frames = unsafe { &*rec.frames.get() };
+    let start = [rec.start_routine.load(Relaxed)];
+    let stack = match rec.last_depth.load(Relaxed) as usize {
+        0 if start[0] != 0 => &start[..],
+        0 => return,
+        n => frames.get(..n).unwrap_or(&[]),
+    };
+    rec.charged_ns.fetch_add(rest, Relaxed);
+    let ctx = rec.context.read().unwrap_or_default();
+    storage.put(slot, stack, false, 0, rest, |trace_id| {
+        let sample = SampleRecord {
+            trace_id,
+            timestamp_ns: sys::monotonic_ns(),
+            span_id: ctx.span_id,
+            local_root_span_id: ctx.local_root_span_id,
+            cpu_ns: rest,
+            count: 0,
+            tid,
+            tags: ctx.tags,
+        };
+        if !rec.ring.push(&sample) {
+            rec.ring_overflow.fetch_add(1, Relaxed);
+        }
+    });
+}
+
+/// The calling thread's record, after the full thread-start setup (record,
+/// stack bounds, CPU clock; see [`register_current`], idempotent):
+/// a record claimed by the priming handler gets its setup now rather than at
+/// the next scan. Not signal-safe: for application-side writers (context
+/// setters cache the result) and thread hooks.
+pub fn current_or_register() -> Option<&'static Record> {
+    Registry::get_or_init(RegistryConfig::default()).ok()?;
+    register_current().map(|(_, r)| r)
+}
+
+/// Blocks every signal on the calling thread until dropped.
+pub struct SignalBlock(libc::sigset_t);
+
+impl SignalBlock {
+    /// Blocks every signal; the old mask comes back on drop.
+    pub fn all() -> Self {
+        // SAFETY: plain sigset manipulation on stack values.
+        unsafe {
+            let mut all: libc::sigset_t = core::mem::zeroed();
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            SignalBlock(old)
+        }
+    }
+
+    /// Whether `signal` was blocked before this block.
+    pub fn was_blocked(&self, signal: i32) -> bool {
+        // SAFETY: membership test on a valid set.
+        signal > 0 && unsafe { libc::sigismember(&self.0, signal) } == 1
+    }
+}
+
+impl Drop for SignalBlock {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `all`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, core::ptr::null_mut()) };
+    }
+}
+
+/// Tids of the threads in this process, sorted, from `/proc/self/task`.
+///
+/// Read with `getdents64` on a descriptor held for microseconds and closed
+/// without a check: the program may close every descriptor at any time
+/// (`close_range`, daemonizing), and `std::fs::read_dir` would panic on the
+/// resulting `EBADF` at `closedir`.
+pub fn list_threads() -> std::io::Result<Vec<i32>> {
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe { libc::open(c"/proc/self/task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut tids = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        // SAFETY: buffer of the stated length, our own descriptor.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        let mut off = 0usize;
+        while off + 19 < n as usize {
+            // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name[].
+            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            if reclen == 0 {
+                break;
+            }
+            let name = &buf[off + 19..(off + reclen).min(n as usize)];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if let Some(tid) = std::str::from_utf8(name).ok().and_then(|s| s.parse().ok()) {
+                tids.push(tid);
+            }
+            off += reclen;
+        }
+    }
+    // SAFETY: closing the descriptor opened above; an error (the program
+    // closed it meanwhile) is ignored, never fatal.
+    unsafe { libc::close(fd) };
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// Whether thread `tid` has `signal` blocked (`SigBlk` in its `status`).
+pub fn signal_blocked(tid: i32, signal: i32) -> bool {
+    status_mask_has(tid, "SigBlk:", signal)
+}
+
+/// Whether `signal` is pending for thread `tid` (`SigPnd` in its `status`).
+pub fn signal_pending(tid: i32, signal: i32) -> bool {
+    status_mask_has(tid, "SigPnd:", signal)
+}
+
+fn status_mask_has(tid: i32, field: &str, signal: i32) -> bool {
+    if signal <= 0 {
+        return false;
+    }
+    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) else { return false };
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|m| m & (1 << (signal - 1)) != 0)
+}
+
+/// Whether thread `tid` is running or runnable (`R` in its `stat`).
+pub fn thread_running(tid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return false };
+    // The state follows the command name, which is in parentheses and may contain spaces.
+    s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('R'))
+}
+
+/// The thread's name from `/proc/self/task/TID/comm` (empty if gone).
+pub fn thread_name(tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default()
+}
+
+/// Stack mapping `[lo, hi)` of the calling thread (pthread_getattr_np; the
+/// main thread's lower bound comes from RLIMIT_STACK). Not signal-safe.
+pub fn current_stack_bounds() -> Option<(usize, usize)> {
+    // SAFETY: attr initialised by pthread_getattr_np and destroyed after use.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        ok.then(|| (addr as usize, addr as usize + size))
+    }
+}
+
+/// The mapping of `/proc/self/maps` that contains `sp`. For the main
+/// thread's growable `[stack]` the lower bound is extended to the stack rlimit.
+pub fn stack_bounds_of(sp: usize, maps: &str) -> Option<(usize, usize)> {
+    for line in maps.lines() {
+        let mut parts = line.split_whitespace();
+        let range = parts.next()?;
+        let (a, b) = range.split_once('-')?;
+        let (lo, hi) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
+        if (lo..hi).contains(&sp) {
+            if line.ends_with("[stack]") {
+                return Some((hi.saturating_sub(stack_rlimit()), hi));
+            }
+            return Some((lo, hi));
+        }
+    }
+    None
+}
+
+fn stack_rlimit() -> usize {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out pointer.
+    unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut r) };
+    if r.rlim_cur == libc::RLIM_INFINITY || r.rlim_cur == 0 {
+        1 << 30
+    } else {
+        r.rlim_cur as usize
+    }
+}
