@@ -3,7 +3,13 @@
 CPU-bound work, 50/30/20 over three functions, one thread).
 
 Usage: python3 bench.py --osprey PATH/TO/osprey [--python PY] [--runs 5]
-                        [--hz 100,1000] [--rounds 700]
+                        [--hz 100,1000] [--rounds 700] [--chroot DIR]
+
+--chroot DIR runs PY (a path inside DIR, e.g. /usr/bin/python3.14) under
+chroot(8), the way a container runs it, and both profilers attach to it by
+pid from the host (`osprey attach`, `py-spy record --pid`) 0.3 s after it
+starts (the workload's clock starts after its imports, so about 0.25 s of
+its ~5 s are unprofiled, the same for both).
 
 For each rate, runs unprofiled / osprey exec / py-spy record --nonblocking /
 py-spy record (blocking), alternating, --runs times each. Reports, per
@@ -21,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = os.path.join(HERE, "..", "tests", "py", "workload.py")
@@ -34,17 +41,38 @@ def parse_work(out):
     return float(m.group(1)), [float(m.group(i)) for i in (2, 3, 4)]
 
 
+def py_cmd(a):
+    """The workload command: the interpreter, directly or under chroot."""
+    if a.chroot:
+        return ["chroot", a.chroot, a.python, a.work, "bench", str(a.rounds)]
+    return [a.python, a.work, "bench", str(a.rounds)]
+
+
+def attached(a, profiler_cmd):
+    """Starts the workload, runs profiler_cmd(pid) beside it; returns (workload stdout, profiler stderr)."""
+    w = subprocess.Popen(py_cmd(a), stdout=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    p = subprocess.Popen(profiler_cmd(w.pid), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out, _ = w.communicate()
+    _, err = p.communicate()
+    return out, err
+
+
 def run_none(a, hz, tmp):
-    out = subprocess.run([a.python, WORK, "bench", str(a.rounds)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(py_cmd(a), capture_output=True, text=True, check=True).stdout
     wall, truth = parse_work(out)
     return wall, truth, None, None
 
 
 def run_osprey(a, hz, tmp):
     d = tempfile.mkdtemp(dir=tmp)
-    p = subprocess.run([a.osprey, "exec", "--hz", str(hz), "--out", d, "--", a.python, WORK, "bench", str(a.rounds)],
-                       capture_output=True, text=True, check=True)
-    wall, truth = parse_work(p.stdout)
+    if a.chroot:
+        stdout, stderr = attached(a, lambda pid: [a.osprey, "attach", "--pid", str(pid), "--hz", str(hz), "--out", d])
+    else:
+        p = subprocess.run([a.osprey, "exec", "--hz", str(hz), "--out", d, "--"] + py_cmd(a),
+                           capture_output=True, text=True, check=True)
+        stdout, stderr = p.stdout, p.stderr
+    wall, truth = parse_work(stdout)
     files = glob.glob(os.path.join(d, "*.pb.gz"))
     rep = subprocess.run([a.osprey, "report", "--sample-index", "cpu", "--top", "100"] + files,
                          capture_output=True, text=True, check=True).stdout
@@ -53,7 +81,7 @@ def run_osprey(a, hz, tmp):
         parts = line.split()
         if len(parts) == 5 and parts[4] in FUNCS:
             cpu[parts[4]] = float(parts[1].rstrip("%"))
-    m = re.search(r"osprey: (\d+) samples", p.stderr)
+    m = re.search(r"osprey: (\d+) samples", stderr)
     samples = int(m.group(1)) if m else 0
     return wall, truth, [cpu.get(f, 0.0) for f in FUNCS], samples
 
@@ -63,8 +91,11 @@ def run_pyspy(a, hz, tmp, blocking):
     cmd = ["py-spy", "record", "-r", str(hz), "-f", "raw", "-o", out]
     if not blocking:
         cmd.append("--nonblocking")
-    p = subprocess.run(cmd + ["--", a.python, WORK, "bench", str(a.rounds)], capture_output=True, text=True, check=True)
-    wall, truth = parse_work(p.stdout)
+    if a.chroot:
+        stdout, _ = attached(a, lambda pid: cmd + ["--pid", str(pid)])
+    else:
+        stdout = subprocess.run(cmd + ["--"] + py_cmd(a), capture_output=True, text=True, check=True).stdout
+    wall, truth = parse_work(stdout)
     counts = dict.fromkeys(FUNCS, 0)
     total = 0
     with open(out) as f:
@@ -84,7 +115,13 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--hz", default="100,1000")
     ap.add_argument("--rounds", type=int, default=700)
+    ap.add_argument("--chroot", help="run --python inside this root filesystem, profilers attach by pid")
+    ap.add_argument("--profilers", default="none,osprey,py-spy --nonblocking,py-spy (blocking)")
     a = ap.parse_args()
+    a.work = WORK
+    if a.chroot:
+        a.work = "/tmp/osprey-bench-workload.py"
+        shutil.copy(WORK, os.path.join(a.chroot, a.work.lstrip("/")))
     if isinstance(a.python, list):
         a.python = a.python[0] if a.python else "python3"
     if not shutil.which("py-spy"):
@@ -93,7 +130,9 @@ def main():
     profilers = [("none", run_none), ("osprey", run_osprey),
                  ("py-spy --nonblocking", lambda a, h, t: run_pyspy(a, h, t, False)),
                  ("py-spy (blocking)", lambda a, h, t: run_pyspy(a, h, t, True))]
-    print("python %s, %d rounds, %d runs each, %d CPUs" % (a.python, a.rounds, a.runs, os.cpu_count()))
+    profilers = [p for p in profilers if p[0] in a.profilers.split(",")]
+    print("python %s%s, %d rounds, %d runs each, %d CPUs"
+          % (a.python, " in chroot " + a.chroot if a.chroot else "", a.rounds, a.runs, os.cpu_count()))
     print("%-22s %6s %10s %9s %20s %9s" % ("profiler", "hz", "wall (s)", "slowdown", "samples/requested", "error"))
     for hz in [int(h) for h in a.hz.split(",")]:
         res = {name: [] for name, _ in profilers}

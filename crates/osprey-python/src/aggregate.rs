@@ -12,12 +12,14 @@ type Key = (Vec<Frame>, Vec<Label>);
 
 /// Samples aggregated by (stack, labels) until [`Aggregator::take`].
 ///
-/// Values per key: `[samples, cpu ns, wall ns]`. Invariants, per window:
+/// Values per key: `[samples, cpu ns, gil-wait ns, wall ns]` (wall last:
+/// the default of pprof readers). Invariants, per window:
 /// a sample of a thread with an exact clock ([`ThreadSample::thread_cpu`])
 /// keeps its exact charge (the thread's CPU since its previous sample); the
 /// samples of threads without one share, in proportion to their raw charges,
 /// what the process CPU clock advanced beyond the exact charges. Every
-/// sample carries `thread id`, `thread name`, `state` and `process` labels.
+/// sample carries `thread id`, `thread name`, `state` and `process` labels, and
+/// an asyncio task's a `task` label.
 pub struct Aggregator {
     pid: i32,
     interval_ns: i64,
@@ -28,7 +30,7 @@ pub struct Aggregator {
     cpu_start: Option<i64>,
     cpu_last: Option<i64>,
     /// Values, and whether the CPU value is exact, per (stack, labels).
-    map: HashMap<Key, ([i64; 3], bool)>,
+    map: HashMap<Key, ([i64; 4], bool)>,
     /// Exact CPU charged in the window.
     exact_cpu: i64,
     /// The program's name (`/proc/<pid>/comm` when the sampler started),
@@ -90,6 +92,9 @@ impl Aggregator {
             if self.timeline {
                 labels.push(Label { key: osprey_pprof::TIMESTAMP_LABEL.into(), value: LabelValue::Num(now_ns) });
             }
+            if let Some(t) = &s.task {
+                labels.push(Label { key: "task".into(), value: LabelValue::Str(t.clone()) });
+            }
             if let Some(why) = s.truncated {
                 self.truncated += 1;
                 self.cycles += (why == crate::stack::End::Cycle) as u64;
@@ -98,10 +103,11 @@ impl Aggregator {
             if exact {
                 self.exact_cpu += s.cpu_ns;
             }
-            let (v, _) = self.map.entry((s.frames.clone(), labels)).or_insert(([0; 3], exact));
+            let (v, _) = self.map.entry((s.frames.clone(), labels)).or_insert(([0; 4], exact));
             v[0] += 1;
             v[1] += s.cpu_ns;
-            v[2] += wall_ns;
+            v[2] += s.gil_wait_ns;
+            v[3] += wall_ns;
         }
     }
 
@@ -138,6 +144,7 @@ impl Aggregator {
             sample_types: vec![
                 ("samples".into(), "count".into()),
                 ("cpu".into(), "nanoseconds".into()),
+                ("gil-wait".into(), "nanoseconds".into()),
                 ("wall".into(), "nanoseconds".into()),
             ],
             period: ("wall".into(), "nanoseconds".into(), self.interval_ns),

@@ -3,7 +3,9 @@
 //!
 //! * `_PyThreadState_GetCurrent` (CPython 3.12+) -> where `_Py_tss_tstate` is;
 //! * glibc's `pthread_getspecific` -> the layout of `struct pthread`'s key data;
-//! * `Py_GetVersion` -> addresses of the strings it formats (PY_VERSION).
+//! * `Py_GetVersion` -> addresses of the strings it formats (PY_VERSION);
+//! * `PyGILState_GetThisThreadState` -> where in `_PyRuntime` the gilstate
+//!   `autoTSSkey` is (not in `_Py_DebugOffsets`).
 //!
 //! Each decoder accepts a fixed set of patterns; each pattern has a
 //! byte-sequence unit test below.
@@ -313,6 +315,56 @@ pub fn rip_lea_targets(code: &[u8], ip: u64) -> Vec<u64> {
     out
 }
 
+/// An address a function refers to: absolute (rip-relative operand or
+/// immediate), or a displacement from a pointer loaded from a GOT slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddrRef {
+    Abs(u64),
+    GotPlus { got: u64, add: i64 },
+}
+
+/// Addresses referred to by a short function (up to its first return or
+/// tail call), in order. Covers static non-PIE code (`mov $ADDR, %edi`,
+/// `cmpl $0, ADDR(%rip)`), PIE/static-PIE code (`lea ADDR(%rip)`) and
+/// shared libraries (`mov GOT(%rip), %rax; lea DISP(%rax), %rbx`).
+pub fn addr_refs(code: &[u8], ip: u64) -> Vec<AddrRef> {
+    let mut dec = decoder(code, ip);
+    let mut ins = Instruction::default();
+    let mut got_regs: Vec<(Register, u64)> = Vec::new();
+    let mut out = Vec::new();
+    let mut n = 0;
+    while dec.can_decode() && n < 40 {
+        dec.decode_out(&mut ins);
+        n += 1;
+        if ins.is_invalid() {
+            break;
+        }
+        let m = ins.mnemonic();
+        if (0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Memory) && ins.is_ip_rel_memory_operand() {
+            let a = ins.ip_rel_memory_address();
+            out.push(AddrRef::Abs(a));
+            if m == Mnemonic::Mov && ins.op0_kind() == OpKind::Register {
+                got_regs.push((full_reg(ins.op0_register()), a));
+            }
+        } else if matches!(m, Mnemonic::Lea | Mnemonic::Mov | Mnemonic::Cmp)
+            && ins.op_count() == 2
+            && ins.op1_kind() == OpKind::Memory
+            && ins.memory_index() == Register::None
+        {
+            let base = full_reg(ins.memory_base());
+            if let Some(&(_, got)) = got_regs.iter().rev().find(|g| g.0 == base) {
+                out.push(AddrRef::GotPlus { got, add: ins.memory_displacement64() as i64 });
+            }
+        } else if m == Mnemonic::Mov && ins.op0_kind() == OpKind::Register && is_imm(ins.op1_kind()) {
+            out.push(AddrRef::Abs(ins.immediate(1)));
+        }
+        if m == Mnemonic::Ret || m == Mnemonic::Jmp {
+            break;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,6 +440,22 @@ mod tests {
             decode_tls_getter(&code2, 0x3000),
             Some(TlsDecode::Found(TlsAccess::TpoffGot { got: 0x3207, add: 0 }))
         );
+    }
+
+    #[test]
+    fn autotsskey_refs() {
+        // Debian 3.14 static: endbr64; cmpl $0,0x769059(%rip); je +0xa;
+        // mov $0xb950e0,%edi; jmp PyThread_tss_get
+        let code = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x83, 0x3d, 0x59, 0x90, 0x76, 0x00, 0x00, 0x74, 0x0a, 0xbf, 0xe0, 0x50, 0xb9, 0x00,
+            0xe9, 0xed, 0x1b, 0x11, 0x00,
+        ];
+        let r = addr_refs(&code, 0x42c07c);
+        assert_eq!(&r[..2], &[AddrRef::Abs(0xb950e0), AddrRef::Abs(0xb950e0)]);
+        // pyenv 3.13 shared: mov 0x256be9(%rip),%rax; push %rbx; lea 0x870(%rax),%rbx; ...
+        let code = [0x48, 0x8b, 0x05, 0xe9, 0x6b, 0x25, 0x00, 0x53, 0x48, 0x8d, 0x98, 0x70, 0x08, 0x00, 0x00, 0xc3];
+        let r = addr_refs(&code, 0x2940c0);
+        assert_eq!(r, vec![AddrRef::Abs(0x4eacb0), AddrRef::GotPlus { got: 0x4eacb0, add: 0x870 }]);
     }
 
     #[test]

@@ -8,9 +8,14 @@
 //! export format.
 
 pub mod aggregate;
+pub mod asyncio;
 pub mod cpuclock;
+pub mod debug_offsets;
 pub mod decode;
+pub mod gc;
+pub mod gilwait;
 pub mod layout;
+pub mod namespace;
 pub mod process;
 pub mod sampler;
 pub mod stack;
@@ -182,6 +187,10 @@ pub fn attach_with_sink(
 ) -> Result<Summary, Error> {
     let target = open_target(pid)?;
     let mut summary = Summary { version: target.version.to_string(), ..Default::default() };
+    for n in &target.notes {
+        eprintln!("osprey: {n}");
+        summary.warnings.push(n.clone());
+    }
     if let Some(e) = &target.pthread_error {
         summary.warnings.push(format!("TSS method unavailable: {e}"));
     }

@@ -230,6 +230,16 @@ pub fn load_module(pid: i32, maps: &[MapEntry], path: &str, wanted: &[&str]) -> 
     })
 }
 
+/// Runtime address and size of section `name` of module `path` (mapped in
+/// `maps`), None if the file has no such section.
+pub fn section_in(pid: i32, maps: &[MapEntry], path: &str, name: &str) -> io::Result<Option<(u64, u64)>> {
+    use object::ObjectSection;
+    let m = load_module(pid, maps, path, &[name])?;
+    let data = fs::read(target_path(pid, path))?;
+    let file = object::File::parse(&*data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    Ok(file.section_by_name(name).map(|s| (s.address().wrapping_add(m.bias), s.size())))
+}
+
 /// Executable path of the process.
 pub fn exe_path(pid: i32) -> io::Result<String> {
     Ok(fs::read_link(format!("/proc/{pid}/exe"))?.to_string_lossy().into_owned())

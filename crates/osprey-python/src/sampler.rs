@@ -34,6 +34,10 @@ pub struct ThreadSample {
     /// The thread's exact CPU time (ns, from its [`TaskClock`], counted
     /// from when the sampler first saw it), read after the stack.
     pub thread_cpu: Option<u64>,
+    /// Nanoseconds of GIL wait this sample accounts for (see [`crate::gilwait`]).
+    pub gil_wait_ns: i64,
+    /// The asyncio task the thread runs (3.14+, see [`crate::asyncio`]).
+    pub task: Option<String>,
 }
 
 #[derive(Default, Clone, Debug)]
@@ -74,6 +78,8 @@ pub struct Sampler {
     pub cpu_clock: Option<i64>,
     /// Nominal sampling interval (set by the caller; default 10 ms).
     pub interval_ns: i64,
+    gil_waits: crate::gilwait::GilWaits,
+    tasks: crate::asyncio::Tasks,
 }
 
 /// CPU time of the whole process (ns), from its process CPU clock
@@ -130,7 +136,7 @@ impl Sampler {
         if let Some(m) = method {
             let ok = match m {
                 Method::Tls => target.tls.is_some(),
-                Method::Tss => target.pthread.is_some(),
+                Method::Tss => target.pthread.is_some() || target.gilstate_tls.is_some(),
                 Method::Lists | Method::Cache => true,
             };
             if !ok {
@@ -165,6 +171,8 @@ impl Sampler {
             last_pass: None,
             cpu_clock: None,
             interval_ns: 10_000_000,
+            gil_waits: Default::default(),
+            tasks: Default::default(),
         })
     }
 
@@ -199,6 +207,7 @@ impl Sampler {
         self.disc.retain_threads(&tids);
         self.procs.retain(&tids);
         self.clocks.retain(|t, _| tids.contains(t));
+        self.gil_waits.retain(&tids);
         self.prev_cpu.retain(|t, _| tids.contains(t));
         self.backfill.retain(|t, _| tids.contains(t));
         self.tids = tids;
@@ -244,6 +253,7 @@ impl Sampler {
         let now = Instant::now();
         let cpu_now = process_cpu_ns(self.target.pid);
         let gils = self.gils();
+        let collecting = crate::gc::collecting(&self.target);
         let ranges: Vec<(u64, u64)> = gils.iter().map(|g| g.0).collect();
         let pid = self.target.pid;
         let mut out = Vec::with_capacity(self.tids.len());
@@ -277,7 +287,7 @@ impl Sampler {
             let before = clock.as_ref().and_then(|c| c.read().ok());
             let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries);
             let after = clock.as_ref().and_then(|c| c.read().ok());
-            let (frames, truncated) = match read {
+            let (mut frames, truncated) = match read {
                 Ok(StackRead::Ok(f)) => (f, None),
                 Ok(StackRead::Truncated(f, why)) => {
                     self.stats.torn += 1;
@@ -292,8 +302,13 @@ impl Sampler {
                 }
             };
             let holds = gils.iter().any(|g| g.1 && g.2 == tstate);
+            if holds && collecting.as_ref().is_some_and(|c| crate::gc::in_collection(&self.target, tstate, c)) {
+                frames.insert(0, Frame::Synthetic(crate::gc::GC_FRAME.into()));
+            }
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
             let state = classify(holds, k.state, sys, &ranges);
+            let gil_wait_ns = self.gil_waits.observe(tid, state == "waiting for gil", now);
+            let task = self.tasks.running_task(&self.target, tstate);
             // On a CPU during the stack read: its exact clock moved. Without
             // one, runnable (which also counts preempted threads).
             let on_cpu = match (before, after) {
@@ -327,6 +342,8 @@ impl Sampler {
                 frames,
                 truncated,
                 thread_cpu: after,
+                gil_wait_ns,
+                task,
             });
         }
         // Threads without an exact clock: each one on CPU now is charged the

@@ -17,7 +17,7 @@ pub const MAX_DEPTH: usize = 2048;
 /// Reads a `str` object.
 pub fn read_unicode(mem: &Mem, l: &Layout, addr: u64) -> io::Result<String> {
     let hdr = mem.read_vec(addr, l.unicode_compact_size as usize)?;
-    let len = rd_u64(&hdr, 16) as usize;
+    let len = rd_u64(&hdr, l.unicode_length as usize) as usize;
     let state = rd_u32(&hdr, l.unicode_state as usize);
     let kind = (state >> 2) & 7;
     let compact = (state >> 5) & 1 == 1;
@@ -47,7 +47,7 @@ pub fn read_unicode(mem: &Mem, l: &Layout, addr: u64) -> io::Result<String> {
 
 /// Reads a `bytes` object's content.
 pub fn read_bytes_obj(mem: &Mem, l: &Layout, addr: u64) -> io::Result<Vec<u8>> {
-    let size = mem.u64(addr + 16)? as usize;
+    let size = mem.u64(addr + l.bytes_size)? as usize;
     if size > 1 << 20 {
         return Err(io::Error::other("bytes too large"));
     }
@@ -228,7 +228,7 @@ impl CodeCache {
         let l = &t.layout;
         let b = t.mem.read_vec(code, l.code_size_to_read)?;
         if let Some(ty) = t.code_type {
-            if rd_u64(&b, 8) != ty {
+            if rd_u64(&b, l.object_type as usize) != ty {
                 return Ok(None); // not a code object (3.13 shims), or torn
             }
         }
@@ -461,18 +461,24 @@ fn walk_from(
             w.end = End::Torn;
             break;
         }
-        let code = rd_u64(&b, l.frame_code as usize);
+        let code_raw = rd_u64(&b, l.frame_code as usize);
+        // 3.14+: `f_executable` is a stack reference, its low bits a tag.
+        let code = code_raw & !7;
         let prev = rd_u64(&b, l.frame_previous as usize);
         let instr_raw = rd_u64(&b, l.frame_instr as usize);
         if depth == 1 {
-            w.leaf_code = code;
+            // Compared with the raw word re-read later: keep the tag.
+            w.leaf_code = code_raw;
         }
         let owner = l.frame_owner.map(|o| b[o as usize]);
         f = prev;
-        if l.minor >= 12 && owner == Some(FRAME_OWNED_BY_CSTACK) {
+        // Highest owner value a frame can have: 3.14 added one (the C
+        // stack's frames are 4, the interpreter's base frame 3).
+        let max_owner = if l.minor >= 14 { FRAME_OWNED_BY_CSTACK + 1 } else { FRAME_OWNED_BY_CSTACK };
+        if l.minor >= 12 && owner.is_some_and(|o| (FRAME_OWNED_BY_CSTACK..=max_owner).contains(&o)) {
             continue;
         }
-        if owner.is_some_and(|o| o > FRAME_OWNED_BY_CSTACK) || code == 0 {
+        if owner.is_some_and(|o| o > max_owner) || code == 0 {
             w.end = End::Torn;
             break;
         }
@@ -485,6 +491,9 @@ fn walk_from(
             }
             Err(FrameErr::Io(e)) => return Err(e),
         };
+        if t.is_shim_code(code, &e.name, &e.file) {
+            continue;
+        }
         let addr: i64 = match l.instr_kind {
             InstrKind::LastiBytes => (instr_raw as u32 as i32) as i64,
             InstrKind::LastiUnits => (instr_raw as u32 as i32) as i64 * 2,

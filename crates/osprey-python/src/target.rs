@@ -5,8 +5,10 @@
 use std::io;
 use std::path::Path;
 
-use crate::decode::{self, PthreadKeyLayout, TlsAccess, TlsDecode};
-use crate::layout::Layout;
+use crate::debug_offsets::{self, DebugOffsets};
+use crate::decode::{self, AddrRef, PthreadKeyLayout, TlsAccess, TlsDecode};
+use crate::layout::{Layout, FRAME_OWNED_BY_CSTACK};
+use crate::namespace::{self, TidMap};
 use crate::process::{self, Mem, Module};
 use crate::Error;
 
@@ -50,6 +52,9 @@ const WANTED: &[&str] = &[
     "PyCode_Type",
     "interp_head",
     "Py_BytesMain",
+    "PyGILState_GetThisThreadState",
+    "_Py_InitCleanup",
+    "PyLong_Type",
 ];
 
 pub struct Target {
@@ -64,15 +69,30 @@ pub struct Target {
     pub tls_error: Option<String>,
     pub pthread: Option<PthreadKeyLayout>,
     pub pthread_error: Option<String>,
+    /// 3.15+: the gilstate's thread state is a thread-local
+    /// (`_Py_tss_gilstate`, read by `PyGILState_GetThisThreadState`), not a
+    /// pthread key: set every thread's whole life, GIL or not.
+    pub gilstate_tls: Option<TlsAccess>,
+    /// The shim code object 3.13+ runs after a class's `__init__`
+    /// (`_Py_InitCleanup`; exported from 3.14).
+    pub init_cleanup: Option<u64>,
+    /// `PyLong_Type` (asyncio task names may be ints).
+    pub long_type: Option<u64>,
+    /// The layout came from the interpreter's `_Py_DebugOffsets` (3.13+).
     pub debug_offsets: bool,
+    /// Things the user should know, one line each (e.g. an interpreter
+    /// newer than any osprey was tested with).
+    pub notes: Vec<String>,
+    /// The target is in another PID namespace (its thread ids differ).
+    pub other_pid_ns: bool,
 }
 
 fn proc_err(pid: i32, e: io::Error) -> Error {
     match e.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ESRCH) => Error::NoProcess(pid),
-        Some(libc::EACCES) | Some(libc::EPERM) => Error::Permission(format!(
-            "cannot read process {pid}: {e} (need CAP_SYS_PTRACE or same user and ptrace_scope 0)"
-        )),
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            Error::Permission(format!("cannot read process {pid} ({e}): {}", namespace::permission_hint(pid)))
+        }
         _ => Error::Io(e),
     }
 }
@@ -138,8 +158,8 @@ pub fn read_version(mem: &Mem, module: &Module) -> Result<Version, Error> {
     Err(Error::Unsupported(format!("cannot read the CPython version from {}", module.path)))
 }
 
-fn decode_tls(mem: &Mem, module: &Module) -> Result<TlsAccess, String> {
-    let (mut addr, size) = module.sym_size("_PyThreadState_GetCurrent").ok_or("no _PyThreadState_GetCurrent symbol")?;
+fn decode_tls(mem: &Mem, module: &Module, getter: &str) -> Result<TlsAccess, String> {
+    let (mut addr, size) = module.sym_size(getter).ok_or_else(|| format!("no {getter} symbol"))?;
     let mut size = if size == 0 { 64 } else { size.min(256) };
     for _ in 0..3 {
         let code = mem.read_vec(addr, size as usize).map_err(|e| e.to_string())?;
@@ -149,10 +169,10 @@ fn decode_tls(mem: &Mem, module: &Module) -> Result<TlsAccess, String> {
                 addr = t;
                 size = 96;
             }
-            None => return Err(format!("unrecognized code in _PyThreadState_GetCurrent at {addr:#x}")),
+            None => return Err(format!("unrecognized code in {getter} at {addr:#x}")),
         }
     }
-    Err("_PyThreadState_GetCurrent: call chain too deep".into())
+    Err(format!("{getter}: call chain too deep"))
 }
 
 fn decode_pthread(pid: i32, mem: &Mem) -> Result<PthreadKeyLayout, String> {
@@ -174,7 +194,77 @@ fn decode_pthread(pid: i32, mem: &Mem) -> Result<PthreadKeyLayout, String> {
         .ok_or_else(|| format!("unrecognized pthread_getspecific in {libc_path}"))
 }
 
+/// The layout of the target: the table (3.8–3.12) or what the
+/// interpreter publishes (3.13+), validated.
+fn layout_of(
+    mem: &Mem,
+    module: &Module,
+    runtime: u64,
+    version: Version,
+    notes: &mut Vec<String>,
+) -> Result<(Layout, bool), Error> {
+    let head = mem.read_vec(runtime, debug_offsets::max_len()).or_else(|_| mem.read_vec(runtime, 24));
+    let head = head.map_err(|e| proc_err(mem.pid, e))?;
+    let refuse = |why: String| Error::Unsupported(format!("CPython {version}: {why}; not profiling it"));
+    let parsed = DebugOffsets::parse(&head).map_err(|e| refuse(e.0))?;
+    if version.major != 3 || version.minor < 8 {
+        return Err(Error::Unsupported(format!("CPython {version} (supported: 3.8 and later)")));
+    }
+    let Some(d) = parsed else {
+        if let Some(l) = Layout::for_version(version.major, version.minor) {
+            return Ok((l, false));
+        }
+        return Err(refuse(
+            "no _Py_DebugOffsets (\"xdebugpy\") at the start of _PyRuntime to read its layout from".into(),
+        ));
+    };
+    let claimed = crate::target::Version::from_hex(d.version_hex());
+    if (claimed.major, claimed.minor) != (version.major, version.minor) {
+        return Err(refuse(format!("its debug offsets claim version {claimed}")));
+    }
+    d.validate().map_err(|e| refuse(format!("invalid _Py_DebugOffsets: {e}")))?;
+    if d.free_threaded() {
+        return Err(Error::Unsupported(format!(
+            "CPython {version} is a free-threaded build (no GIL): osprey does not profile free-threaded interpreters yet (per-thread bytecode copies, no GIL holder to read); use a default build"
+        )));
+    }
+    let autotsskey = decode_autotsskey(mem, module, runtime, d.get("runtime_state.size").unwrap_or(0)).unwrap_or(0);
+    let layout = d.layout(version.minor, autotsskey).map_err(|e| refuse(e.0))?;
+    if !d.known {
+        notes.push(format!(
+            "CPython {version} is newer than any osprey was tested with (3.8 to 3.{}); profiling it with the layout it publishes, which checks out",
+            debug_offsets::NEWEST_KNOWN_MINOR
+        ));
+    }
+    Ok((layout, true))
+}
+
+/// Offset of the gilstate `autoTSSkey` in `_PyRuntime`, from the code of
+/// `PyGILState_GetThisThreadState` (it passes `&_PyRuntime.autoTSSkey` to
+/// the TSS functions): the first address it refers to inside `_PyRuntime`.
+fn decode_autotsskey(mem: &Mem, module: &Module, runtime: u64, runtime_size: u64) -> Option<u64> {
+    let (a, size) = module.sym_size("PyGILState_GetThisThreadState")?;
+    let size = if size == 0 { 96 } else { size.min(256) };
+    let code = mem.read_vec(a, size as usize).ok()?;
+    decode::addr_refs(&code, a).into_iter().find_map(|r| {
+        let addr = match r {
+            AddrRef::Abs(x) => x,
+            AddrRef::GotPlus { got, add } => mem.u64(got).ok()?.wrapping_add(add as u64),
+        };
+        let off = addr.wrapping_sub(runtime);
+        (addr >= runtime && off > 0 && off + 8 <= runtime_size).then_some(off)
+    })
+}
+
 impl Target {
+    /// Is the code object at `code` (named `name`, from `file`) one of the
+    /// interpreter's own shims rather than Python code? `_Py_InitCleanup`,
+    /// by address when exported, else by its name and file (both
+    /// `__init__`, which no Python file is).
+    pub fn is_shim_code(&self, code: u64, name: &str, file: &str) -> bool {
+        Some(code) == self.init_cleanup || (self.layout.minor >= 13 && name == "__init__" && file == "__init__")
+    }
+
     pub fn open(pid: i32) -> Result<Target, Error> {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             return Err(Error::NoProcess(pid));
@@ -185,23 +275,41 @@ impl Target {
         // Probe readability early for a clear message.
         mem.u64(runtime).map_err(|e| proc_err(pid, e))?;
         let version = read_version(&mem, &module)?;
-        let mut layout = Layout::for_version(version.major, version.minor)
-            .ok_or_else(|| Error::Unsupported(format!("CPython {version} (supported: 3.8 to 3.13)")))?;
-        let debug_offsets = version.minor >= 13 && layout.apply_debug_offsets(&mem, runtime);
+        let mut notes = Vec::new();
+        let (layout, debug_offsets) = layout_of(&mem, &module, runtime, version, &mut notes)?;
         let (tls, tls_error) = if version.minor >= 12 {
-            match decode_tls(&mem, &module) {
+            match decode_tls(&mem, &module, "_PyThreadState_GetCurrent") {
                 Ok(t) => (Some(t), None),
                 Err(e) => (None, Some(e)),
             }
         } else {
             (None, Some(format!("no thread-local tstate before 3.12 (this is {version})")))
         };
+        // Only a direct thread-local read counts (older versions call the
+        // pthread key functions from there).
+        let gilstate_tls = match decode::decode_tls_getter(
+            &module
+                .sym_size("PyGILState_GetThisThreadState")
+                .and_then(|(a, s)| mem.read_vec(a, if s == 0 { 64 } else { s.min(256) } as usize).ok())
+                .unwrap_or_default(),
+            module.sym("PyGILState_GetThisThreadState").unwrap_or(0),
+        ) {
+            Some(TlsDecode::Found(a)) if version.minor >= 12 => Some(a),
+            _ => None,
+        };
         let (pthread, pthread_error) = match decode_pthread(pid, &mem) {
+            _ if gilstate_tls.is_some() => (None, None),
+            Ok(_) if layout.runtime_autotsskey == 0 => {
+                (None, Some("autoTSSkey not found in PyGILState_GetThisThreadState".to_string()))
+            }
             Ok(p) => (Some(p), None),
             Err(e) => (None, Some(e)),
         };
         let code_type = module.sym("PyCode_Type");
-        Ok(Target {
+        let init_cleanup = module.sym("_Py_InitCleanup");
+        let long_type = module.sym("PyLong_Type");
+        let other_pid_ns = !namespace::same_pid_ns(pid);
+        let t = Target {
             pid,
             mem,
             version,
@@ -213,8 +321,129 @@ impl Target {
             tls_error,
             pthread,
             pthread_error,
+            gilstate_tls,
+            init_cleanup,
+            long_type,
             debug_offsets,
-        })
+            notes,
+            other_pid_ns,
+        };
+        if t.debug_offsets {
+            t.check_live()?;
+        }
+        Ok(t)
+    }
+
+    /// Checks the layout against the live process: every interpreter's GIL
+    /// pointer, thread states that point back to their interpreter with
+    /// thread ids of this process, and frames whose code objects are code
+    /// objects. A chain changing under the read gets two more tries;
+    /// `Unsupported` when the layout does not check out, which
+    /// [`crate::open_target`] retries while the runtime is starting.
+    pub fn check_live(&self) -> Result<(), Error> {
+        let mut why = String::new();
+        for attempt in 0..3 {
+            if attempt > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            match self.live_once() {
+                Ok(()) => return Ok(()),
+                Err(e) => why = e,
+            }
+        }
+        Err(Error::Unsupported(format!(
+            "CPython {}: the layout it publishes does not check out ({why}); not profiling it",
+            self.version
+        )))
+    }
+
+    fn live_once(&self) -> Result<(), String> {
+        let l = &self.layout;
+        let m = &self.mem;
+        let rd = |a: u64| m.u64(a).map_err(|e| format!("read at {a:#x}: {e}"));
+        let mut tids = TidMap::new(self.pid);
+        let ns_tids: Vec<i32> = process::list_tids(self.pid)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter_map(|t| tids.ns_tid(self.pid, t).ok())
+            .collect();
+        let mut interp = rd(self.runtime + l.runtime_interpreters_head)?;
+        if interp == 0 {
+            return Err("no interpreter yet".into());
+        }
+        let (mut n_interp, mut n_tstates, mut n_code, mut n_not_code, mut own_gil) = (0, 0, 0, 0, false);
+        let mut bad_tids = Vec::new();
+        while interp != 0 {
+            n_interp += 1;
+            if n_interp > 256 {
+                return Err("interpreter list does not end".into());
+            }
+            if let Some(off) = l.interp_gil_ptr {
+                let gil = rd(interp + off)?;
+                own_gil |= gil != 0 && gil.wrapping_sub(interp) < (1 << 24);
+            }
+            let mut ts = rd(interp + l.interp_tstate_head)?;
+            let mut n = 0;
+            while ts != 0 {
+                n += 1;
+                if n > 100_000 {
+                    return Err("thread state list does not end".into());
+                }
+                if rd(ts + l.tstate_interp)? != interp {
+                    return Err(format!("thread state {ts:#x} does not point back to interpreter {interp:#x}"));
+                }
+                if let Some(o) = l.tstate_native_thread_id {
+                    let tid = m.u32(ts + o).map_err(|e| e.to_string())? as i32;
+                    // A thread state being set up or torn down may have none yet.
+                    if tid != 0 && !ns_tids.contains(&tid) {
+                        bad_tids.push(tid);
+                    }
+                }
+                let (good, bad) = self.check_frames(rd(ts + l.tstate_frame)?);
+                (n_code, n_not_code) = (n_code + good, n_not_code + bad);
+                ts = rd(ts + l.tstate_next)?;
+            }
+            n_tstates += n;
+            interp = rd(interp + l.interp_next)?;
+        }
+        if n_tstates == 0 {
+            return Err("no thread state yet".into());
+        }
+        if l.interp_gil_ptr.is_some() && !own_gil {
+            return Err("no interpreter points to a GIL of its own".into());
+        }
+        // Threads come and go, frames change under the reads: a few misses
+        // are a race, most of them a wrong layout.
+        if 2 * bad_tids.len() > n_tstates {
+            return Err(format!("thread states have thread ids {bad_tids:?}, not threads of the process"));
+        }
+        if self.code_type.is_some() && (n_code == 0 || 4 * n_not_code > n_code) {
+            return Err(format!("{n_not_code} of {} frames do not run a code object", n_code + n_not_code));
+        }
+        Ok(())
+    }
+
+    /// Frames of one thread (up to 64): how many Python frames' executables
+    /// are code objects, and how many are not (or could not be read).
+    fn check_frames(&self, mut f: u64) -> (usize, usize) {
+        let l = &self.layout;
+        let Some(code_type) = self.code_type else { return (0, 0) };
+        let (mut good, mut bad) = (0, 0);
+        let mut depth = 0;
+        while f != 0 && depth < 64 {
+            depth += 1;
+            let Ok(b) = self.mem.read_vec(f, l.frame_size_to_read) else { return (good, bad + 1) };
+            let exe = process::rd_u64(&b, l.frame_code as usize) & !7;
+            let owner = l.frame_owner.map(|o| b[o as usize]).unwrap_or(0);
+            if owner < FRAME_OWNED_BY_CSTACK && exe != 0 {
+                match self.mem.u64(exe + l.object_type) {
+                    Ok(ty) if ty == code_type => good += 1,
+                    _ => bad += 1,
+                }
+            }
+            f = process::rd_u64(&b, l.frame_previous as usize);
+        }
+        (good, bad)
     }
 
     /// Address of the interpreter head, 0 while the runtime is not initialized.

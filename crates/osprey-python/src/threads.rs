@@ -3,10 +3,13 @@
 //! 1. TLS (3.12+): `_Py_tss_tstate`, located by decoding
 //!    `_PyThreadState_GetCurrent`; NULL when the thread does not hold the GIL.
 //! 2. TSS: the gilstate `autoTSSkey` read through glibc's `struct pthread`
-//!    key data (layout from decoding `pthread_getspecific`).
+//!    key data (layout from decoding `pthread_getspecific`); from 3.15 the
+//!    gilstate is a thread-local, found like method 1.
 //! 3. Lists: `_PyRuntime` -> interpreters -> thread states.
 //! 4. Cache: (thread) -> tstate map, keyed by `native_thread_id` (3.11+) or
 //!    `pthread_self()` = fs base (< 3.11), refreshed from the lists.
+//!    `native_thread_id` is the id in the target's PID namespace: host ids
+//!    are mapped through [`TidMap`] first.
 //!
 //! 1 and 2 need each thread's fs base, obtained once per thread with a brief
 //! ptrace interrupt and cached.
@@ -16,6 +19,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use crate::decode::TlsAccess;
+use crate::namespace::TidMap;
 use crate::target::Target;
 use crate::Method;
 
@@ -126,6 +130,8 @@ pub struct Discovery {
     /// thread) and use the cache. Set for 3.11+ targets that are our own
     /// children, whose ptrace stops a concurrent waitpid() could consume.
     pub no_ptrace: bool,
+    /// Host thread ids -> the target's PID namespace (None until first used).
+    tids: Option<TidMap>,
 }
 
 impl Discovery {
@@ -136,6 +142,9 @@ impl Discovery {
     }
 
     pub fn retain_threads(&mut self, live: &[i32]) {
+        if let Some(m) = &mut self.tids {
+            m.retain(live);
+        }
         self.fs_base.retain(|k, _| live.contains(k));
         self.tls_addr.retain(|k, _| live.contains(k));
         self.tss_addr.retain(|k, _| live.contains(k));
@@ -169,10 +178,16 @@ impl Discovery {
         t.mem.u64(addr)
     }
 
-    /// Method 2.
+    /// Method 2 (3.15+: the gilstate thread-local instead of a pthread key).
     pub fn via_tss(&mut self, t: &Target, tid: i32) -> io::Result<u64> {
         if let Some(&a) = self.tss_addr.get(&tid) {
             return t.mem.u64(a);
+        }
+        if let Some(acc) = t.gilstate_tls {
+            let fs = self.fs_base(tid).ok_or_else(|| io::Error::other("no fs base"))?;
+            let addr = tls_var_addr(t, acc, fs)?;
+            self.tss_addr.insert(tid, addr);
+            return t.mem.u64(addr);
         }
         let pl = t.pthread.ok_or_else(|| io::Error::other(t.pthread_error.clone().unwrap_or_default()))?;
         let fs = self.fs_base(tid).ok_or_else(|| io::Error::other("no fs base"))?;
@@ -205,7 +220,8 @@ impl Discovery {
 
     fn cache_key(&mut self, t: &Target, tid: i32) -> Option<u64> {
         if t.layout.tstate_native_thread_id.is_some() {
-            Some(tid as u64)
+            let map = self.tids.get_or_insert_with(|| TidMap::new(t.pid));
+            map.ns_tid(t.pid, tid).ok().map(|n| n as u32 as u64)
         } else {
             self.fs_base(tid)
         }
@@ -292,7 +308,7 @@ impl Discovery {
                         }
                     }
                 }
-                if t.pthread.is_some() {
+                if t.pthread.is_some() || t.gilstate_tls.is_some() {
                     if let Ok(v) = self.via_tss(t, tid) {
                         if v != 0 {
                             return Ok(v);

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -15,15 +14,11 @@ use osprey_pprof::{Frame, ProfileData};
 use osprey_python::stack::{MAX_DEPTH, TRUNCATED};
 use osprey_python::{attach_with_sink, Options};
 
-const INTERPRETERS: [&str; 7] = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian-3.11"];
+const INTERPRETERS: [&str; 10] =
+    ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian-3.11", "forky-3.13", "forky-3.14", "forky-3.15"];
 
-fn start(python: &std::path::Path, args: &[&str]) -> common::Workload {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/calls.py");
-    let mut child = Command::new(python).arg(script).args(args).stdout(Stdio::piped()).spawn().expect("spawn python");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
-    common::Workload { child }
+fn start(py: &common::Py, args: &[&str]) -> common::Workload {
+    py.start_script(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/calls.py"), args)
 }
 
 fn collect(pid: i32, hz: u32, secs: f64) -> (Vec<ProfileData>, osprey_python::Summary) {
@@ -56,7 +51,7 @@ fn name(f: &Frame) -> &str {
 fn recursion_loop_keeps_samples_and_outermost_frames() {
     let mut failures = Vec::new();
     for v in INTERPRETERS {
-        let Some(py) = common::interpreter(v) else { continue };
+        let Some(py) = common::python(v) else { continue };
         let _slots = common::slots(common::SLOTS);
         let w = start(&py, &["recurse"]);
         let (profiles, summary) = collect(w.pid(), 100, 3.0);
@@ -104,7 +99,7 @@ fn recursion_loop_keeps_samples_and_outermost_frames() {
 /// them carries more than a few intervals' worth.
 #[test]
 fn cpu_per_sample_has_no_lumps() {
-    let Some(py) = common::interpreter("3.12") else { return };
+    let Some(py) = common::python("3.12") else { return };
     let _slots = common::slots(common::SLOTS);
     let w = start(&py, &["recurse"]);
     let (profiles, _) = collect(w.pid(), 100, 2.0);
@@ -120,7 +115,7 @@ fn cpu_per_sample_has_no_lumps() {
 
 #[test]
 fn ten_thousand_frames() {
-    let Some(py) = common::interpreter("3.12") else { return };
+    let Some(py) = common::python("3.12") else { return };
     let _slots = common::slots(1);
     let w = start(&py, &["deep", "10000"]);
     let (profiles, summary) = collect(w.pid(), 20, 1.0);

@@ -2,6 +2,8 @@
 //! Each interpreter gets: every applicable discovery method agrees with the
 //! thread lists; a 50/30/20 CPU split is attributed within 3 points; a
 //! thread in time.sleep and one in zlib.compress have the right states.
+//! The forky interpreters run in a chroot (their files only visible through
+//! /proc/PID/root), one of them in a PID namespace too.
 //! Workloads take CPU slots (see `common::slots`): at most 2 run at once,
 //! and the attribution measurement runs alone.
 
@@ -49,9 +51,9 @@ fn label<'a>(s: &'a osprey_pprof::Sample, key: &str) -> Option<&'a LabelValue> {
 }
 
 fn methods_agree(name: &str) {
-    let Some(py) = common::interpreter(name) else { return };
+    let Some(py) = common::python(name) else { return };
     let _slot = common::slots(1);
-    let w = common::start(&py, &["threads"]);
+    let w = py.start(&["threads"]);
     let t = open_target(w.pid()).unwrap_or_else(|e| panic!("{e}"));
     let minor = t.version.minor;
     let mut d = Discovery::default();
@@ -108,10 +110,11 @@ const CPU_GOAL: f64 = 4e9;
 const WALL_LIMIT: Duration = Duration::from_secs(25);
 
 fn attribution(name: &str) {
-    let Some(py) = common::interpreter(name) else { return };
+    let Some(py) = common::python(name) else { return };
     let _slots = common::slots(common::SLOTS);
-    let truth_file = std::env::temp_dir().join(format!("osprey-py-truth-{}-{name}", std::process::id()));
-    let w = common::start(&py, &["split", truth_file.to_str().unwrap()]);
+    let truth_inner = py.scratch("truth");
+    let truth_file = py.host_path(&truth_inner);
+    let w = py.start(&["split", &truth_inner]);
     let read_truth = || -> [f64; 3] {
         let s = std::fs::read_to_string(&truth_file).unwrap_or_default();
         let v: Vec<f64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
@@ -173,14 +176,16 @@ fn attribution(name: &str) {
         "{name}: sampled f50 {a:.1}% f30 {b:.1}% f20 {c:.1}% | measured {:.1}/{:.1}/{:.1} | max error {max_err:.2} points | {nsamples} samples in {:.1} s, passes {}/{} requested, torn {} retries {}",
         truth[0], truth[1], truth[2], started.elapsed().as_secs_f64(), summary.passes_done, summary.passes_requested, summary.torn, summary.retries
     );
+    // A sanity check of the workload, not of osprey: f50's sums outgrow
+    // small ints, which costs more on some versions (3.15: 54/29/17).
     for (i, want) in [50.0, 30.0, 20.0].iter().enumerate() {
-        assert!((truth[i] - want).abs() <= 3.0, "{name}: workload's own split {truth:?} is off 50/30/20");
+        assert!((truth[i] - want).abs() <= 6.0, "{name}: workload's own split {truth:?} is off 50/30/20");
     }
     assert!(
         max_err <= 3.0,
         "{name}: attribution error {max_err:.2} points (sampled {a:.1}/{b:.1}/{c:.1}, measured {truth:?})"
     );
-    // Lines are real: f50 is lines 12-16 of workload.py.
+    // Lines are real: f50 is lines 13-17 of workload.py.
     let lines: Vec<i64> = profiles
         .iter()
         .flat_map(|p| p.samples.iter())
@@ -190,13 +195,13 @@ fn attribution(name: &str) {
             _ => None,
         })
         .collect();
-    assert!(lines.iter().all(|l| (12..=16).contains(l)), "{name}: f50 lines {lines:?}");
+    assert!(lines.iter().all(|l| (13..=17).contains(l)), "{name}: f50 lines {lines:?}");
 }
 
 fn states(name: &str) {
-    let Some(py) = common::interpreter(name) else { return };
+    let Some(py) = common::python(name) else { return };
     let _slot = common::slots(1);
-    let w = common::start(&py, &["states"]);
+    let w = py.start(&["states"]);
     let (profiles, _) = collect(w.pid(), 200, 2.0, None);
     let mut by: HashMap<(&str, String), i64> = HashMap::new();
     for p in &profiles {
@@ -229,12 +234,128 @@ fn states(name: &str) {
     assert!(nz > 50 && nat >= 0.6, "{name}: compressor 'native' {nat:.2} of {nz}");
 }
 
+/// Time in the cyclic GC is a `[gc]` frame on top of the Python frame that
+/// triggered it (an allocation in `make_cycles`, or `gc.collect()` in
+/// `garbage`), and nowhere else.
+fn gc_frame(name: &str) {
+    let Some(py) = common::python(name) else { return };
+    let _slot = common::slots(1);
+    let w = py.start(&["garbage"]);
+    let (profiles, _) = collect(w.pid(), 200, 2.0, None);
+    let (mut gc, mut total) = (0, 0);
+    for s in profiles.iter().flat_map(|p| p.samples.iter()) {
+        total += s.values[0];
+        // The interpreter's own shim after `__init__` (3.13+) is not a Python frame.
+        assert!(
+            !s.frames.iter().any(|f| matches!(f, Frame::Function { file, .. } if file == "__init__")),
+            "{:?}",
+            s.frames
+        );
+        for (i, f) in s.frames.iter().enumerate() {
+            if matches!(f, Frame::Synthetic(n) if n == "[gc]") {
+                assert_eq!(i, 0, "{name}: [gc] not on top: {:?}", s.frames);
+                let caller = func_names(&s.frames[1..]);
+                assert!(
+                    matches!(
+                        caller.first(),
+                        Some(&"make_cycles") | Some(&"garbage") | Some(&"__init__") | Some(&"Node.__init__")
+                    ),
+                    "{name}: [gc] above {:?}",
+                    s.frames
+                );
+                gc += s.values[0];
+            }
+        }
+    }
+    let share = gc as f64 / total.max(1) as f64;
+    eprintln!("{name}: [gc] in {gc} of {total} samples ({:.0}%)", 100.0 * share);
+    assert!(total > 100 && share > 0.1 && share < 0.95, "{name}: [gc] in {gc} of {total} samples");
+}
+
+/// Three threads spinning in Python share one GIL: at any time up to two
+/// of them wait for it. Their `waiting for gil` samples carry the wait as
+/// time (the `gil-wait` value), about one interval per waiting sample;
+/// samples in other states carry none.
+fn gil_wait(name: &str) {
+    let Some(py) = common::python(name) else { return };
+    let _slot = common::slots(1);
+    let w = py.start(&["threads"]);
+    let secs = 2.0;
+    let (profiles, _) = collect(w.pid(), 200, secs, None);
+    let mut wait_ns = 0i64;
+    let (mut waiting, mut spinners) = (0, 0);
+    for p in &profiles {
+        assert_eq!(p.sample_types[2].0, "gil-wait");
+        for s in &p.samples {
+            let Some(LabelValue::Str(st)) = label(s, "state") else { panic!("no state") };
+            if st == "waiting for gil" {
+                // The sleeper and the main thread wait too, when they wake.
+                if func_names(&s.frames).contains(&"spinner") {
+                    spinners += s.values[0];
+                }
+                waiting += s.values[0];
+                wait_ns += s.values[2];
+            } else {
+                assert_eq!(s.values[2], 0, "{name}: GIL wait in state {st}");
+            }
+        }
+    }
+    let threads_waiting = wait_ns as f64 / (secs * 1e9);
+    eprintln!("{name}: {waiting} samples waiting for the GIL, {:.2} threads waiting on average", threads_waiting);
+    assert!(waiting > 100, "{name}: {waiting} samples waiting for the GIL");
+    assert!(spinners as f64 >= 0.8 * waiting as f64, "{name}: {spinners} of {waiting} waiting samples in spinners");
+    // Spinners not holding the GIL are also seen runnable (`native`) on a
+    // busy machine, so fewer than two wait on average; the wait time
+    // must still match the waiting samples (5 ms apart at 200 Hz).
+    assert!(
+        (0.5..=2.3).contains(&threads_waiting),
+        "{name}: {threads_waiting:.2} threads waiting for the GIL on average"
+    );
+    let per_sample = wait_ns as f64 / waiting as f64 / 5e6;
+    assert!((0.65..=1.35).contains(&per_sample), "{name}: {per_sample:.2} intervals of GIL wait per waiting sample");
+}
+
+/// 3.14+: samples of a thread running an asyncio task carry the task's
+/// name (`task` label), its given name or asyncio's default `Task-N`.
+fn asyncio_tasks(name: &str) {
+    let Some(py) = common::python(name) else { return };
+    let _slot = common::slots(1);
+    let w = py.start(&["tasks"]);
+    let (profiles, _) = collect(w.pid(), 200, 2.0, None);
+    let mut by: HashMap<String, i64> = HashMap::new();
+    for s in profiles.iter().flat_map(|p| p.samples.iter()) {
+        let task = match label(s, "task") {
+            Some(LabelValue::Str(t)) => t.clone(),
+            _ => String::new(),
+        };
+        if func_names(&s.frames).contains(&"worker") {
+            assert!(!task.is_empty(), "{name}: a worker sample without its task: {:?}", s.frames);
+        }
+        *by.entry(task).or_default() += s.values[0];
+    }
+    eprintln!("{name}: {by:?}");
+    assert!(by.get("alpha").is_some_and(|n| *n > 50), "{name}: {by:?}");
+    assert!(by.keys().any(|k| k.starts_with("Task-") && by[k] > 50), "{name}: {by:?}");
+}
+
+#[test]
+fn asyncio_tasks_forky314() {
+    asyncio_tasks("forky-3.14")
+}
+
+#[test]
+fn asyncio_tasks_forky315() {
+    asyncio_tasks("forky-3.15")
+}
+
 macro_rules! per_interpreter {
     ($($m:ident => $name:expr),* $(,)?) => {
         $(mod $m {
             #[test] fn methods_agree() { super::methods_agree($name) }
             #[test] fn attribution_50_30_20() { super::attribution($name) }
             #[test] fn states_sleep_and_zlib() { super::states($name) }
+            #[test] fn gc_frame() { super::gc_frame($name) }
+            #[test] fn gil_wait() { super::gil_wait($name) }
         })*
     };
 }
@@ -247,4 +368,8 @@ per_interpreter! {
     py312 => "3.12",
     py313 => "3.13",
     debian311 => "debian-3.11",
+    forky313 => "forky-3.13",
+    forky314 => "forky-3.14",
+    forky315 => "forky-3.15",
+    forky314_pidns => "forky-3.14-pidns",
 }

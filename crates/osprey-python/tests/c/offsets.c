@@ -24,7 +24,10 @@
 
 int main(void) {
     P("runtime.interpreters_head", offsetof(_PyRuntimeState, interpreters.head));
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_VERSION_HEX >= 0x030F0000
+    /* 3.15: the gilstate is a thread-local, no pthread key */
+    P("interp.gil_ptr", offsetof(PyInterpreterState, ceval.gil));
+#elif PY_VERSION_HEX >= 0x030C0000
     P("runtime.autotsskey", offsetof(_PyRuntimeState, autoTSSkey));
     P("interp.gil_ptr", offsetof(PyInterpreterState, ceval.gil));
 #else
@@ -84,5 +87,16 @@ int main(void) {
     P("bytes.sval", offsetof(PyBytesObject, ob_sval));
     P("unicode.ascii_size", sizeof(PyASCIIObject));
     P("unicode.compact_size", sizeof(PyCompactUnicodeObject));
+    P("unicode.length", offsetof(PyASCIIObject, length));
+    P("bytes.size", offsetof(PyBytesObject, ob_base.ob_size));
+    P("object.type", offsetof(PyObject, ob_type));
+#if PY_VERSION_HEX >= 0x03090000
+    P("interp.gc_collecting", offsetof(PyInterpreterState, gc.collecting));
+#else
+    P("runtime.gc_collecting", offsetof(_PyRuntimeState, gc.collecting));
+#endif
+#if PY_VERSION_HEX >= 0x030F0000
+    P("tstate.holds_gil", offsetof(PyThreadState, holds_gil));
+#endif
     return 0;
 }

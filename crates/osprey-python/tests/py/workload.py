@@ -1,4 +1,5 @@
 """Workloads for the Python tests, the CLI tests and the py-spy bench: see MODES at the end."""
+import gc
 import os
 import sys
 import threading
@@ -77,6 +78,34 @@ def spinner():
         f20()
 
 
+class Node:
+    def __init__(self):
+        self.me = self
+
+
+def make_cycles(n):
+    for _ in range(n):
+        Node()
+
+
+def garbage():
+    """Cyclic garbage: automatic collections while allocating, and explicit ones."""
+    while True:
+        make_cycles(20000)
+        gc.collect()
+
+
+async def worker():
+    while True:
+        f20()
+        await asyncio.sleep(0)
+
+
+async def tasks():
+    import asyncio
+    await asyncio.gather(asyncio.create_task(worker(), name="alpha"), asyncio.create_task(worker()))
+
+
 def ready():
     print("ready", flush=True)
 
@@ -84,6 +113,8 @@ def ready():
 # MODES: workload.py MODE [ARG]; the long-running modes print "ready" when set up.
 #   split [TRUTH_FILE]  50/30/20 forever, cumulative CPU per function in TRUTH_FILE
 #   states | threads    threads sleeping, compressing, spinning
+#   garbage             cyclic garbage and collections, forever
+#   tasks               two asyncio tasks spinning: "alpha" and an unnamed one
 #   short SECS          f20 for SECS
 #   exec SECS           50/30/20 for SECS beside a sleeper and a half-busy
 #                       compressor; prints "truth A B C" (ns) and exits 7
@@ -107,6 +138,13 @@ elif mode == "threads":
     ready()
     while True:
         time.sleep(1)
+elif mode == "garbage":
+    ready()
+    garbage()
+elif mode == "tasks":
+    import asyncio
+    ready()
+    asyncio.run(tasks())
 elif mode == "short":
     ready()
     t0 = time.time()
