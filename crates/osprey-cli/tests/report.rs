@@ -50,3 +50,22 @@ fn report_writes_a_flamegraph() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("missing.pb.gz"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn report_refuses_what_is_not_a_profile_file() {
+    let dir = std::env::temp_dir().join(format!("osprey-report-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // A device that never ends, and a (sparse) file larger than any profile.
+    let big = dir.join("big.pb.gz");
+    std::fs::File::create(&big).unwrap().set_len(300 << 20).unwrap();
+    for (path, why) in
+        [(std::path::Path::new("/dev/zero"), "not a regular file"), (big.as_path(), "more than a profile")]
+    {
+        let out = report(&[path]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why) && err.lines().count() == 1, "{}: {err}", path.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

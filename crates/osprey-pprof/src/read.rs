@@ -7,6 +7,11 @@ use prost::Message;
 use std::io::Read;
 use std::path::Path;
 
+/// Largest profile file read (osprey's are kilobytes to a few MiB).
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+/// Largest decompressed profile accepted (a gzip stream can inflate a lot).
+pub const MAX_INFLATED_BYTES: u64 = 1 << 30;
+
 /// Decodes the pprof file at `path`, gunzipping it if it starts with the gzip magic.
 pub fn read_profile(path: &Path) -> Result<Profile, Error> {
     let what = || path.display().to_string();
@@ -14,6 +19,10 @@ pub fn read_profile(path: &Path) -> Result<Profile, Error> {
     if !meta.is_file() {
         let source = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
         return Err(Error::Io { what: what(), source });
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        let why = format!("{} bytes, more than a profile can be ({MAX_FILE_BYTES})", meta.len());
+        return Err(Error::Io { what: what(), source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why) });
     }
     let bytes = std::fs::read(path).map_err(|source| Error::Io { what: what(), source })?;
     decode(&bytes).map_err(|e| match e {
@@ -29,8 +38,16 @@ pub fn decode(bytes: &[u8]) -> Result<Profile, Error> {
     let bytes = if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
         GzDecoder::new(bytes)
+            .take(MAX_INFLATED_BYTES + 1)
             .read_to_end(&mut out)
             .map_err(|source| Error::Io { what: "gzip stream".into(), source })?;
+        if out.len() as u64 > MAX_INFLATED_BYTES {
+            let why = format!("inflates past {MAX_INFLATED_BYTES} bytes");
+            return Err(Error::Io {
+                what: "gzip stream".into(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, why),
+            });
+        }
         raw = out;
         &raw[..]
     } else {
