@@ -64,6 +64,7 @@ mod tests {
     /// The counter follows this thread's own CPU clock.
     #[test]
     fn follows_own_thread() {
+        // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         let Ok(c) = TaskClock::open(tid) else { return }; // perf unavailable here
         let cpu = || {

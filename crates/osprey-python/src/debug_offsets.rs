@@ -343,7 +343,9 @@ impl fmt::Display for Invalid {
 /// The struct as read from the target: its words, named by a schema.
 #[derive(Clone, Debug)]
 pub struct DebugOffsets {
+    /// The struct's words (u64 each), in schema order.
     pub words: Vec<u64>,
+    /// Names of the words, e.g. "thread_state.thread_id".
     pub schema: &'static [&'static str],
     /// The schema is the one of this very minor version (not a newer
     /// interpreter read with the newest known schema).
@@ -392,6 +394,7 @@ impl DebugOffsets {
         self.words[1]
     }
 
+    /// Is the interpreter a free-threaded (no-GIL) build?
     pub fn free_threaded(&self) -> bool {
         self.words[2] != 0
     }

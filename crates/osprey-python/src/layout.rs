@@ -19,50 +19,85 @@ pub enum InstrKind {
 /// Line table format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LineTable {
-    Lnotab,       // < 3.10: co_lnotab
-    Linetable310, // 3.10: co_linetable (sdelta, ldelta) pairs
-    Locations,    // 3.11+: location table
+    /// Before 3.10: `co_lnotab`.
+    Lnotab,
+    /// 3.10: `co_linetable` (sdelta, ldelta) pairs.
+    Linetable310,
+    /// 3.11+: the location table.
+    Locations,
 }
 
+/// Offsets (bytes) of the CPython structure fields osprey reads, and how
+/// much of each structure to read, for one minor version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// Python minor version (3.`minor`).
     pub minor: u32,
+    /// `interpreters.head` in `_PyRuntime`.
     pub runtime_interpreters_head: u64,
+    /// The gilstate `autoTSSkey` (a `Py_tss_t`) in `_PyRuntime`.
     pub runtime_autotsskey: u64,
     /// Offset of the `_gil_runtime_state` in `_PyRuntime` (3.8–3.11).
     pub runtime_gil: Option<u64>,
     /// Offset of the `struct _gil_runtime_state *` in the interpreter (3.12+).
     pub interp_gil_ptr: Option<u64>,
+    /// `last_holder` in `_gil_runtime_state`.
     pub gil_last_holder: u64,
+    /// `locked` in `_gil_runtime_state`.
     pub gil_locked: u64,
+    /// Bytes of `_gil_runtime_state` to read.
     pub gil_size: u64,
+    /// `next` in `PyInterpreterState`.
     pub interp_next: u64,
+    /// `threads.head` (`tstate_head`) in `PyInterpreterState`.
     pub interp_tstate_head: u64,
+    /// `next` in `PyThreadState`.
     pub tstate_next: u64,
+    /// `interp` in `PyThreadState`.
     pub tstate_interp: u64,
+    /// `thread_id` (`pthread_self()`) in `PyThreadState`.
     pub tstate_thread_id: u64,
+    /// `native_thread_id` (the OS tid) in `PyThreadState`, where it exists.
     pub tstate_native_thread_id: Option<u64>,
     /// `frame` (3.8–3.10), `cframe` (3.11–3.12), `current_frame` (3.13).
     pub tstate_frame: u64,
     /// `_PyCFrame.current_frame` (3.11–3.12): tstate_frame is a pointer to a cframe.
     pub cframe_current_frame: Option<u64>,
+    /// The code object (`f_code`, `f_executable`) in a frame.
     pub frame_code: u64,
+    /// The calling frame (`f_back`, `previous`) in a frame.
     pub frame_previous: u64,
+    /// The current instruction (see [`InstrKind`]) in a frame.
     pub frame_instr: u64,
+    /// `owner` in `_PyInterpreterFrame` (3.11+).
     pub frame_owner: Option<u64>,
+    /// Bytes of a frame to read (covers the fields above).
     pub frame_size_to_read: usize,
+    /// What `frame_instr` holds.
     pub instr_kind: InstrKind,
+    /// `co_filename` in `PyCodeObject`.
     pub code_filename: u64,
+    /// `co_name` in `PyCodeObject`.
     pub code_name: u64,
+    /// `co_qualname` in `PyCodeObject` (3.11+).
     pub code_qualname: Option<u64>,
+    /// `co_firstlineno` in `PyCodeObject`.
     pub code_firstlineno: u64,
+    /// The line table (`co_lnotab`, `co_linetable`) in `PyCodeObject`.
     pub code_linetable: u64,
+    /// `co_code_adaptive` in `PyCodeObject` (3.11+).
     pub code_code_adaptive: Option<u64>,
+    /// Bytes of a code object to read (covers the fields above).
     pub code_size_to_read: usize,
+    /// Format of the line table.
     pub line_table: LineTable,
+    /// `ob_sval` (the data) in `PyBytesObject`.
     pub bytes_sval: u64,
+    /// `state` (kind, compact, ascii bits) in `PyASCIIObject`.
     pub unicode_state: u64,
+    /// Size of `PyASCIIObject` (where compact ASCII data starts).
     pub unicode_ascii_size: u64,
+    /// Size of `PyCompactUnicodeObject` (where other compact data starts).
     pub unicode_compact_size: u64,
     /// `ob_type` in `PyObject` (8; larger in free-threaded builds).
     pub object_type: u64,
@@ -73,6 +108,7 @@ pub struct Layout {
     /// `gc.collecting` (an int, non-zero during a collection) relative to the
     /// interpreter (3.9+), or to `_PyRuntime` (3.8).
     pub interp_gc_collecting: Option<u64>,
+    /// `gc.collecting` relative to `_PyRuntime` (3.8).
     pub runtime_gc_collecting: Option<u64>,
     /// `holds_gil` (an int) in the thread state (3.15+).
     pub tstate_holds_gil: Option<u64>,

@@ -4,22 +4,22 @@
 //! `process_vm_readv`, thread states from `/proc`. Each OS thread is mapped
 //! to its `PyThreadState` (TLS, TSS, interpreter lists, or a cache; see
 //! [`threads`]), its Python stack is walked (see [`stack`]) and labelled with
-//! a state (see [`state`]). Profiles are flushed every period in osprey's
+//! a state (see `state`). Profiles are flushed every period in osprey's
 //! export format.
 
-pub mod aggregate;
-pub mod asyncio;
-pub mod cpuclock;
+mod aggregate;
+mod asyncio;
+mod cpuclock;
 pub mod debug_offsets;
-pub mod decode;
-pub mod gc;
-pub mod gilwait;
+mod decode;
+mod gc;
+mod gilwait;
 pub mod layout;
-pub mod namespace;
+mod namespace;
 pub mod process;
-pub mod sampler;
+mod sampler;
 pub mod stack;
-pub mod state;
+mod state;
 pub mod target;
 pub mod threads;
 
@@ -31,22 +31,24 @@ use std::time::{Duration, Instant};
 
 use osprey_pprof::ProfileData;
 
-pub use aggregate::Aggregator;
-pub use sampler::{Sampler, ThreadSample};
+use aggregate::Aggregator;
+use sampler::{Sampler, ThreadSample};
 pub use target::{Target, Version};
 
+/// Sampling options for [`attach`] and [`attach_with_sink`].
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Samples per second per thread.
     pub hz: u32,
     /// Flush a profile file every `period`.
     pub period: Duration,
+    /// Directory profile files are written to (by [`attach`]).
     pub out_dir: PathBuf,
     /// Stop after this long (None: until `stop` or the process exits).
     pub duration: Option<Duration>,
     /// Force one thread-state discovery method (tests); None = combined.
     pub method: Option<Method>,
-    /// Samples carry their time (a timeline; see [`Aggregator::timeline`]).
+    /// Samples carry their time (a timeline).
     pub timeline: bool,
 }
 
@@ -76,6 +78,7 @@ pub enum Method {
     Cache,
 }
 
+/// What a sampling session did, returned by [`attach`].
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
     /// Thread samples recorded.
@@ -87,23 +90,32 @@ pub struct Summary {
     pub torn: u64,
     /// Stacks re-read because they changed while being read.
     pub retries: u64,
-    /// Sampling passes requested by hz * elapsed time, and done.
+    /// Sampling passes requested (hz * elapsed time).
     pub passes_requested: u64,
+    /// Sampling passes done.
     pub passes_done: u64,
-    /// "3.12.1"
+    /// The target's Python version, e.g. "3.12.1".
     pub version: String,
+    /// Distinct OS threads sampled at least once.
     pub threads_seen: usize,
+    /// Errors from handing profiles to the sink (profiles lost).
     pub flush_errors: Vec<String>,
     /// Non-fatal problems worth telling the user (e.g. ptrace refused).
     pub warnings: Vec<String>,
 }
 
+/// Why a target could not be opened or sampled.
 #[derive(Debug)]
 pub enum Error {
+    /// The process does not run CPython.
     NotCpython(String),
+    /// A CPython version or build osprey cannot read.
     Unsupported(String),
+    /// Not allowed to read the process (ptrace / `process_vm_readv` refused).
     Permission(String),
+    /// No process with this pid (it may have exited).
     NoProcess(i32),
+    /// Any other I/O error.
     Io(io::Error),
 }
 

@@ -43,10 +43,6 @@ impl TidMap {
         TidMap { other_ns: !same_pid_ns(pid), map: HashMap::new() }
     }
 
-    pub fn other_ns(&self) -> bool {
-        self.other_ns
-    }
-
     /// The target-namespace id of host thread `tid` of process `pid`.
     pub fn ns_tid(&mut self, pid: i32, tid: i32) -> io::Result<i32> {
         if !self.other_ns {

@@ -11,10 +11,12 @@ use object::{Object, ObjectSegment, ObjectSymbol};
 /// Memory of a process, read with `process_vm_readv`.
 #[derive(Clone, Copy, Debug)]
 pub struct Mem {
+    /// Process id (in this process's PID namespace).
     pub pid: i32,
 }
 
 impl Mem {
+    /// Memory of process `pid`.
     pub fn new(pid: i32) -> Self {
         Mem { pid }
     }
@@ -41,24 +43,28 @@ impl Mem {
         Ok(())
     }
 
+    /// Reads exactly `len` bytes at `addr`.
     pub fn read_vec(&self, addr: u64, len: usize) -> io::Result<Vec<u8>> {
         let mut v = vec![0u8; len];
         self.read(addr, &mut v)?;
         Ok(v)
     }
 
+    /// A little-endian `u64` at `addr`.
     pub fn u64(&self, addr: u64) -> io::Result<u64> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
         Ok(u64::from_le_bytes(b))
     }
 
+    /// A little-endian `u32` at `addr`.
     pub fn u32(&self, addr: u64) -> io::Result<u32> {
         let mut b = [0u8; 4];
         self.read(addr, &mut b)?;
         Ok(u32::from_le_bytes(b))
     }
 
+    /// A little-endian `i32` at `addr`.
     pub fn i32(&self, addr: u64) -> io::Result<i32> {
         Ok(self.u32(addr)? as i32)
     }
@@ -83,29 +89,31 @@ impl Mem {
     }
 }
 
-pub fn rd_u64(b: &[u8], off: usize) -> u64 {
+pub(crate) fn rd_u64(b: &[u8], off: usize) -> u64 {
     b.get(off..off + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap())).unwrap_or(0)
 }
-pub fn rd_u32(b: &[u8], off: usize) -> u32 {
+pub(crate) fn rd_u32(b: &[u8], off: usize) -> u32 {
     b.get(off..off + 4).map(|s| u32::from_le_bytes(s.try_into().unwrap())).unwrap_or(0)
 }
 
 /// One line of `/proc/PID/maps`.
 #[derive(Clone, Debug)]
-pub struct MapEntry {
+pub(crate) struct MapEntry {
     pub start: u64,
     pub end: u64,
+    /// Permissions, e.g. "r-xp" (kept for `Debug` output).
+    #[allow(dead_code)]
     pub perms: String,
     pub offset: u64,
     pub path: String,
 }
 
-pub fn read_maps(pid: i32) -> io::Result<Vec<MapEntry>> {
+pub(crate) fn read_maps(pid: i32) -> io::Result<Vec<MapEntry>> {
     let text = fs::read_to_string(format!("/proc/{pid}/maps"))?;
     Ok(parse_maps(&text))
 }
 
-pub fn parse_maps(text: &str) -> Vec<MapEntry> {
+pub(crate) fn parse_maps(text: &str) -> Vec<MapEntry> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut it = line.split_ascii_whitespace();
@@ -127,30 +135,37 @@ pub fn parse_maps(text: &str) -> Vec<MapEntry> {
 }
 
 /// Is `name` (a file name, not a path) a CPython shared library?
-pub fn is_libpython_name(name: &str) -> bool {
+pub(crate) fn is_libpython_name(name: &str) -> bool {
     name.starts_with("libpython3") && name.contains(".so")
 }
 
 /// An ELF module mapped into the target, with the symbols osprey asked for.
 #[derive(Debug, Clone)]
 pub struct Module {
+    /// Path of the file in the target's mount namespace.
     pub path: String,
     /// runtime address = file virtual address + bias
     pub bias: u64,
+    /// Lowest runtime address of its mappings.
     pub start: u64,
+    /// End (exclusive) of its highest mapping.
     pub end: u64,
     /// name -> (runtime address, size)
     pub symbols: HashMap<String, (u64, u64)>,
+    /// Its `.dynstr` names a `libpython3` (an interpreter linked to libpython).
     pub dynstr_needs_libpython: bool,
 }
 
 impl Module {
+    /// Runtime address of symbol `name`, if found.
     pub fn sym(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).map(|s| s.0)
     }
+    /// Runtime address and size of symbol `name`, if found.
     pub fn sym_size(&self, name: &str) -> Option<(u64, u64)> {
         self.symbols.get(name).copied()
     }
+    /// Is `addr` within `start..end`?
     pub fn contains(&self, addr: u64) -> bool {
         addr >= self.start && addr < self.end
     }
@@ -158,7 +173,7 @@ impl Module {
 
 /// Path under which the target's file can be opened from here (handles
 /// other mount namespaces through /proc/PID/root).
-pub fn target_path(pid: i32, path: &str) -> PathBuf {
+pub(crate) fn target_path(pid: i32, path: &str) -> PathBuf {
     let p = PathBuf::from(format!("/proc/{pid}/root{path}"));
     if p.exists() {
         p
@@ -169,14 +184,14 @@ pub fn target_path(pid: i32, path: &str) -> PathBuf {
 
 /// Symbols of an ELF file: name -> (file vaddr, size) for the `wanted` names
 /// (all names if `wanted` is empty), plus the first PT_LOAD vaddr.
-pub struct ElfInfo {
+pub(crate) struct ElfInfo {
     pub symbols: HashMap<String, (u64, u64)>,
     pub first_load_vaddr: u64,
     pub dynstr_needs_libpython: bool,
     pub defines_python: bool,
 }
 
-pub fn elf_info(path: &Path, wanted: &[&str]) -> io::Result<ElfInfo> {
+pub(crate) fn elf_info(path: &Path, wanted: &[&str]) -> io::Result<ElfInfo> {
     let data = fs::read(path)?;
     let file = object::File::parse(&*data)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
@@ -206,7 +221,7 @@ pub fn elf_info(path: &Path, wanted: &[&str]) -> io::Result<ElfInfo> {
 }
 
 /// Loads module `path` as mapped in `maps`, with the `wanted` symbols.
-pub fn load_module(pid: i32, maps: &[MapEntry], path: &str, wanted: &[&str]) -> io::Result<Module> {
+pub(crate) fn load_module(pid: i32, maps: &[MapEntry], path: &str, wanted: &[&str]) -> io::Result<Module> {
     let entries: Vec<&MapEntry> = maps.iter().filter(|m| m.path == path).collect();
     let first = entries
         .iter()
@@ -232,7 +247,7 @@ pub fn load_module(pid: i32, maps: &[MapEntry], path: &str, wanted: &[&str]) -> 
 
 /// Runtime address and size of section `name` of module `path` (mapped in
 /// `maps`), None if the file has no such section.
-pub fn section_in(pid: i32, maps: &[MapEntry], path: &str, name: &str) -> io::Result<Option<(u64, u64)>> {
+pub(crate) fn section_in(pid: i32, maps: &[MapEntry], path: &str, name: &str) -> io::Result<Option<(u64, u64)>> {
     use object::ObjectSection;
     let m = load_module(pid, maps, path, &[name])?;
     let data = fs::read(target_path(pid, path))?;
@@ -241,7 +256,7 @@ pub fn section_in(pid: i32, maps: &[MapEntry], path: &str, name: &str) -> io::Re
 }
 
 /// Executable path of the process.
-pub fn exe_path(pid: i32) -> io::Result<String> {
+pub(crate) fn exe_path(pid: i32) -> io::Result<String> {
     Ok(fs::read_link(format!("/proc/{pid}/exe"))?.to_string_lossy().into_owned())
 }
 

@@ -27,6 +27,8 @@ pub struct ThreadSample {
     /// those charges add up to what the process CPU clock advanced beyond the
     /// exact threads.
     pub cpu_ns: i64,
+    /// Address of the thread's `PyThreadState` (shown by `Debug`).
+    #[allow(dead_code)]
     pub tstate: u64,
     pub frames: Vec<Frame>,
     /// Why the stack ends in a `[truncated]` frame, if it does.

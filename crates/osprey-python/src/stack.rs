@@ -60,7 +60,7 @@ pub fn read_bytes_obj(mem: &Mem, l: &Layout, addr: u64) -> io::Result<Vec<u8>> {
 pub struct LineRanges(Vec<(u32, u32, i32)>);
 
 impl LineRanges {
-    pub fn line(&self, addr: u32) -> i32 {
+    pub(crate) fn line(&self, addr: u32) -> i32 {
         // Ranges are sorted and disjoint.
         let i = self.0.partition_point(|r| r.1 <= addr);
         match self.0.get(i) {
@@ -201,6 +201,7 @@ struct CodeEntry {
 #[derive(Default)]
 pub struct CodeCache {
     map: HashMap<u64, CodeEntry>,
+    /// Code objects read from the target (not found, or stale, in the cache).
     pub misses: u64,
     /// Per thread state, the frame addresses of its previous walks, the
     /// latest innermost first: read again all at once at the next walk (see
@@ -208,7 +209,7 @@ pub struct CodeCache {
     chains: HashMap<u64, Vec<u64>>,
 }
 
-pub enum FrameErr {
+pub(crate) enum FrameErr {
     /// The chain changed under us (or pointed to garbage): retry or drop.
     Torn,
     Io(io::Error),

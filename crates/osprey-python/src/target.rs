@@ -13,9 +13,13 @@ use crate::process::{self, Mem, Module};
 use crate::Error;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// A CPython version (`major.minor.micro`).
 pub struct Version {
+    /// Major version (3).
     pub major: u32,
+    /// Minor version, e.g. 12 for 3.12.
     pub minor: u32,
+    /// Micro (patch) version.
     pub micro: u32,
 }
 
@@ -26,7 +30,7 @@ impl std::fmt::Display for Version {
 }
 
 impl Version {
-    pub fn from_hex(v: u64) -> Version {
+    pub(crate) fn from_hex(v: u64) -> Version {
         Version { major: ((v >> 24) & 0xff) as u32, minor: ((v >> 16) & 0xff) as u32, micro: ((v >> 8) & 0xff) as u32 }
     }
     /// Parses "3.10.13", "3.12.0rc1", "3.11.7+" (leading version only).
@@ -57,18 +61,25 @@ const WANTED: &[&str] = &[
     "PyLong_Type",
 ];
 
+/// An attached CPython process: its libpython (or executable) module, version, structure layout and the addresses needed to find thread states.
 pub struct Target {
-    pub pid: i32,
-    pub mem: Mem,
+    pub(crate) pid: i32,
+    pub(crate) mem: Mem,
+    /// The interpreter version.
     pub version: Version,
+    /// Offsets of the CPython structures read (from `_Py_DebugOffsets` when available).
     pub layout: Layout,
+    /// The module defining `_PyRuntime` (libpython or the executable).
     pub module: Module,
+    /// Address of `_PyRuntime`.
     pub runtime: u64,
-    pub code_type: Option<u64>,
+    pub(crate) code_type: Option<u64>,
+    /// How to read `_Py_tss_tstate` (3.12+); None if unavailable (see `tls_error`).
     pub tls: Option<TlsAccess>,
+    /// Why `tls` is None, if it is.
     pub tls_error: Option<String>,
-    pub pthread: Option<PthreadKeyLayout>,
-    pub pthread_error: Option<String>,
+    pub(crate) pthread: Option<PthreadKeyLayout>,
+    pub(crate) pthread_error: Option<String>,
     /// 3.15+: the gilstate's thread state is a thread-local
     /// (`_Py_tss_gilstate`, read by `PyGILState_GetThisThreadState`), not a
     /// pthread key: set every thread's whole life, GIL or not.
@@ -265,7 +276,7 @@ impl Target {
         Some(code) == self.init_cleanup || (self.layout.minor >= 13 && name == "__init__" && file == "__init__")
     }
 
-    pub fn open(pid: i32) -> Result<Target, Error> {
+    pub(crate) fn open(pid: i32) -> Result<Target, Error> {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             return Err(Error::NoProcess(pid));
         }

@@ -26,7 +26,9 @@ use crate::Method;
 /// One thread state found in the interpreter lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TstateInfo {
+    /// Address of the `PyThreadState`.
     pub addr: u64,
+    /// Address of its `PyInterpreterState`.
     pub interp: u64,
     /// `pthread_self()` of the thread (= its fs base with glibc).
     pub thread_id: u64,
@@ -123,9 +125,9 @@ pub struct Discovery {
     /// Method 4: key (tid for 3.11+, pthread_self otherwise) -> tstate.
     cache: HashMap<u64, u64>,
     cache_refreshed: Option<Instant>,
-    pub last_list: Vec<TstateInfo>,
-    pub ptrace_errors: u64,
-    pub last_ptrace_error: Option<String>,
+    pub(crate) last_list: Vec<TstateInfo>,
+    pub(crate) ptrace_errors: u64,
+    pub(crate) last_ptrace_error: Option<String>,
     /// Combined mode only: skip TLS/TSS (which need a ptrace interrupt per
     /// thread) and use the cache. Set for 3.11+ targets that are our own
     /// children, whose ptrace stops a concurrent waitpid() could consume.
@@ -135,13 +137,13 @@ pub struct Discovery {
 }
 
 impl Discovery {
-    pub fn forget_thread(&mut self, tid: i32) {
+    pub(crate) fn forget_thread(&mut self, tid: i32) {
         self.fs_base.remove(&tid);
         self.tls_addr.remove(&tid);
         self.tss_addr.remove(&tid);
     }
 
-    pub fn retain_threads(&mut self, live: &[i32]) {
+    pub(crate) fn retain_threads(&mut self, live: &[i32]) {
         if let Some(m) = &mut self.tids {
             m.retain(live);
         }
@@ -150,7 +152,7 @@ impl Discovery {
         self.tss_addr.retain(|k, _| live.contains(k));
     }
 
-    pub fn fs_base(&mut self, tid: i32) -> Option<u64> {
+    pub(crate) fn fs_base(&mut self, tid: i32) -> Option<u64> {
         if let Some(v) = self.fs_base.get(&tid) {
             return *v;
         }
@@ -227,7 +229,7 @@ impl Discovery {
         }
     }
 
-    pub fn refresh_cache(&mut self, t: &Target) -> io::Result<()> {
+    pub(crate) fn refresh_cache(&mut self, t: &Target) -> io::Result<()> {
         let list = list_tstates(t)?;
         self.cache.clear();
         for ts in &list {
