@@ -18,7 +18,16 @@ pub fn register_current() -> Option<(usize, &'static Record)> {
     // threads can outrun the collector's recycling of exited ones.
     let (me, now) = (sys::gettid(), sys::monotonic_ns());
     let claim = || reg.claim(me, Origin::ThreadStart, now);
-    let (idx, rec) = claim().or_else(|| if reg.grow_now() { claim() } else { None })?;
+    // Other threads may take the records a growth made before this one gets
+    // one: grow and claim again while the pool can still grow.
+    let mut claimed = claim();
+    for _ in 0..crate::registry::MAX_SEGMENTS {
+        if claimed.is_some() || !reg.grow_now() {
+            break;
+        }
+        claimed = claim();
+    }
+    let (idx, rec) = claimed?;
     if rec.stack_hi.load(Acquire) == 0 {
         if let Some((lo, hi)) = current_stack_bounds() {
             rec.stack_lo.store(lo, Relaxed);

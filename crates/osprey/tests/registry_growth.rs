@@ -18,11 +18,14 @@ fn a_burst_of_registrations_gets_distinct_records() {
             let barrier = barrier.clone();
             std::thread::spawn(move || {
                 barrier.wait();
-                let r = osprey::register_current_thread().expect("a record for every thread");
-                let (idx, rec) = Registry::get().unwrap().lookup(sys::gettid()).expect("registered");
-                assert_eq!(rec.tid.load(std::sync::atomic::Ordering::Relaxed), sys::gettid());
-                // Hold the record until every thread has one.
+                let r = osprey::register_current_thread();
+                let found = Registry::get().unwrap().lookup(sys::gettid());
+                // Hold the record until every thread has one (and reach the
+                // barrier even without one, so a failure fails, not hangs).
                 barrier.wait();
+                assert!(r.is_some(), "no record for a thread");
+                let (idx, rec) = found.expect("registered");
+                assert_eq!(rec.tid.load(std::sync::atomic::Ordering::Relaxed), sys::gettid());
                 drop(r);
                 idx
             })
