@@ -165,7 +165,10 @@ fn assert_python_app(o: &Output, out: &Path) {
     let ps = profiles(out);
     assert!(!ps.is_empty(), "no profile; stderr: {err}");
     let c = cpu(&ps);
-    assert_eq!(c.by_pid.keys().copied().collect::<Vec<_>>(), vec![pid], "only the app's own pid");
+    // The app's own pid is profiled as Python. A launcher's subshells forked
+    // without exec (a pyenv shim's `$(...)`) keep the native agent, as any
+    // forked child does, and may leave small profiles of their own.
+    assert!(c.by_pid.contains_key(&pid), "no profile of the app's own pid {pid}: {:?}", c.by_pid.keys());
     let work = c.of("work") as f64 / c.by_pid[&pid] as f64;
     assert!(work > 0.8, "work has {:.0}% of the CPU: not sampled as Python? {err}", work * 100.0);
     let last = err.lines().last().unwrap_or_default();
@@ -349,7 +352,13 @@ fn true_says_no_samples() {
     let err = stderr(&o);
     assert!(o.status.success());
     assert!(o.stdout.is_empty());
-    assert!(err.contains("no samples: true ran") && err.contains("less than one sample period"), "{err}");
+    // `true` itself uses next to no CPU; with the agent's start (unwind
+    // tables) it may reach one 10 ms tick: either way osprey says why.
+    assert!(
+        err.contains("no samples: true ran")
+            && (err.contains("less than one sample period") || err.contains("yet no sample was taken")),
+        "{err}"
+    );
     assert!(!out.exists(), "no empty profiles directory");
     let o = exec(&dir, &out, &["--quiet"], &["true"]);
     assert!(o.stderr.is_empty(), "--quiet: {}", stderr(&o));

@@ -193,8 +193,12 @@ impl Discovery {
                 continue;
             };
             let samples = rec.samples.load(Relaxed);
-            let (cpu0, samples0) = self.checked.get(&tid).copied().unwrap_or((cpu, samples));
             let blocked = rec.blocked.load(Relaxed) != 0;
+            // A thread that blocked the signal from its start (found so at
+            // registration) and appeared after the first check was never
+            // sampled: all its CPU is accounted.
+            let first = if blocked && self.checked_once { 0 } else { cpu };
+            let (cpu0, samples0) = self.checked.get(&tid).copied().unwrap_or((first, samples));
             if blocked {
                 *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += cpu.saturating_sub(cpu0);
                 if !signal_blocked(tid, signal) {
