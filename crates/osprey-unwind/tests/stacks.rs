@@ -50,10 +50,13 @@ fn tiny_thread_stack() {
 static mut MAIN_CTX: std::mem::MaybeUninit<libc::ucontext_t> = std::mem::MaybeUninit::zeroed();
 static mut CO_CTX: std::mem::MaybeUninit<libc::ucontext_t> = std::mem::MaybeUninit::zeroed();
 
+#[inline(never)]
 extern "C" fn coroutine() {
     let run: RunFn = lib().sym("fl_run");
     // SAFETY: calling our C library with a valid callback.
-    unsafe { run(5, Some(capture), std::ptr::null_mut()) };
+    let r = unsafe { run(5, Some(capture), std::ptr::null_mut()) };
+    // Used after the call, so an optimised build keeps this frame (no tail call).
+    std::hint::black_box(r);
     // Returning resumes uc_link (the main context).
 }
 
