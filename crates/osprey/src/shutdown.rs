@@ -62,17 +62,19 @@ pub(crate) fn start_thread(flush: fn()) -> std::io::Result<()> {
     SHUTDOWN.done.store(0, SeqCst);
     SHUTDOWN.owner_pid.store(sys::getpid(), SeqCst);
     let _blocked = BlockTerm::new();
-    std::thread::Builder::new().name("osprey-shutdown".into()).spawn(move || loop {
+    std::thread::Builder::new().name("osprey-shutdown".into()).spawn(move || {
         // osprey's own thread: never sampled (an interposed pthread_create registered it).
         crate::threads::forget_current();
-        match SHUTDOWN.requested.load(Acquire) {
-            0 => futex_wait(&SHUTDOWN.requested, 0, 0),
-            RETIRE => return,
-            _ => {
-                flush();
-                SHUTDOWN.done.store(1, Release);
-                futex_wake(&SHUTDOWN.done);
-                return;
+        loop {
+            match SHUTDOWN.requested.load(Acquire) {
+                0 => futex_wait(&SHUTDOWN.requested, 0, 0),
+                RETIRE => return,
+                _ => {
+                    flush();
+                    SHUTDOWN.done.store(1, Release);
+                    futex_wake(&SHUTDOWN.done);
+                    return;
+                }
             }
         }
     })?;
