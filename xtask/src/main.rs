@@ -1,8 +1,10 @@
 //! Project tasks: `cargo xtask demo` (the quick start) and `cargo xtask test`
 //! (the whole test suite, as CI runs it).
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
@@ -25,11 +27,28 @@ fn main() -> ExitCode {
 fn run(root: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> bool {
     eprintln!("+ {program} {}", args.join(" "));
     let mut c = Command::new(program);
-    c.args(args).current_dir(root);
+    c.args(args).current_dir(root).process_group(0);
     for (k, v) in env {
         c.env(k, v);
     }
-    match c.status() {
+    let started = Instant::now();
+    let status = c.spawn().and_then(|mut child| loop {
+        if let Some(s) = child.try_wait()? {
+            break Ok(s);
+        }
+        if started.elapsed() > deadline() {
+            // A hang fails the step with what was running, instead of
+            // running into CI's own limit with no output.
+            eprintln!("xtask: `{program} {}` still running after {:?}; processes:", args.join(" "), deadline());
+            let _ = Command::new("ps").args(["-eo", "pid,ppid,etime,stat,wchan:20,args", "--forest"]).status();
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+            let _ = child.wait();
+            break Err(std::io::Error::other("killed at the deadline"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    });
+    eprintln!("xtask: `{program} {}` took {:.0?}", args.join(" "), started.elapsed());
+    match status {
         Ok(s) if s.success() => true,
         Ok(s) => {
             eprintln!("xtask: `{program} {}` failed: {s}", args.join(" "));
@@ -40,6 +59,13 @@ fn run(root: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> bool 
             false
         }
     }
+}
+
+/// The longest one step may take (`OSPREY_STEP_MINUTES`, default 30): the
+/// whole CI must stay under 40 minutes.
+fn deadline() -> Duration {
+    let min = std::env::var("OSPREY_STEP_MINUTES").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    Duration::from_secs(60 * min)
 }
 
 /// Builds everything, profiles the bundled demo, prints its hottest functions.

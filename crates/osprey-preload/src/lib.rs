@@ -90,6 +90,8 @@ extern "C" fn finish() {
 struct Start {
     routine: StartRoutine,
     arg: *mut libc::c_void,
+    /// One of osprey's own threads: never registered.
+    internal: bool,
 }
 
 /// Interposed `pthread_create`: the new thread registers itself before `start` runs.
@@ -105,7 +107,8 @@ pub unsafe extern "C" fn pthread_create(
 ) -> libc::c_int {
     let real = real_pthread_create();
     let Some(real) = real else { return libc::EAGAIN };
-    let boxed = Box::into_raw(Box::new(Start { routine: start, arg }));
+    let internal = threads::spawning_internal();
+    let boxed = Box::into_raw(Box::new(Start { routine: start, arg, internal }));
     // SAFETY: libc's pthread_create with the caller's arguments; `trampoline` takes over `boxed`.
     let rc = unsafe { real(thread, attr, trampoline, boxed as *mut libc::c_void) };
     if rc != 0 {
@@ -129,7 +132,9 @@ fn real_pthread_create() -> Option<PthreadCreate> {
 extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the Box made in `pthread_create`, handed over once.
     let start = unsafe { Box::from_raw(p as *mut Start) };
-    if threads::register_current_with_start(start.routine as usize).is_some() {
+    if start.internal {
+        threads::forget_current();
+    } else if threads::register_current_with_start(start.routine as usize).is_some() {
         let key = EXIT_KEY.load(Acquire);
         if key != usize::MAX {
             // SAFETY: valid key; non-null marker value so the destructor runs.

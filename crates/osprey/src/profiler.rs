@@ -258,11 +258,7 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
     AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(agent as *const _ as *mut _, Release);
     threads::register_current();
-    {
-        // The collector never runs the termination handler (which waits for it).
-        let _blocked = shutdown::BlockTerm::new();
-        collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
-    }
+    collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
     if let Err(e) = shutdown::install(flush_for_shutdown) {
         eprintln!("osprey: cannot start the shutdown thread ({e}); no last profile on SIGINT/SIGTERM/SIGHUP");
     }
@@ -417,7 +413,6 @@ extern "C" fn after_fork_child() {
     AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(child as *const _ as *mut _, Release);
     threads::register_current();
-    let _blocked = shutdown::BlockTerm::new();
     if collector::spawn(child).is_err() {
         STATE.enabled.store(false, SeqCst);
     }

@@ -10,7 +10,8 @@
 //! - `abort` and `_exit` (interposed by the preload library) call
 //!   `crate::profiler::flush_bounded`.
 //!
-//! The shutdown thread and the collector block these three signals, so the
+//! The shutdown thread and the collector block these signals (like every
+//! asynchronous signal, see `crate::threads::spawn_internal`), so the
 //! handler never runs on a thread it waits for.
 
 use crate::signal::shutdown::{futex_wait, futex_wake, on_terminate, FLUSH_WAIT_NS, SHUTDOWN};
@@ -61,20 +62,15 @@ pub(crate) fn start_thread(flush: fn()) -> std::io::Result<()> {
     SHUTDOWN.requested.store(0, SeqCst);
     SHUTDOWN.done.store(0, SeqCst);
     SHUTDOWN.owner_pid.store(sys::getpid(), SeqCst);
-    let _blocked = BlockTerm::new();
-    std::thread::Builder::new().name("osprey-shutdown".into()).spawn(move || {
-        // osprey's own thread: never sampled (an interposed pthread_create registered it).
-        crate::threads::forget_current();
-        loop {
-            match SHUTDOWN.requested.load(Acquire) {
-                0 => futex_wait(&SHUTDOWN.requested, 0, 0),
-                RETIRE => return,
-                _ => {
-                    flush();
-                    SHUTDOWN.done.store(1, Release);
-                    futex_wake(&SHUTDOWN.done);
-                    return;
-                }
+    crate::threads::spawn_internal("osprey-shutdown", move || loop {
+        match SHUTDOWN.requested.load(Acquire) {
+            0 => futex_wait(&SHUTDOWN.requested, 0, 0),
+            RETIRE => return,
+            _ => {
+                flush();
+                SHUTDOWN.done.store(1, Release);
+                futex_wake(&SHUTDOWN.done);
+                return;
             }
         }
     })?;
@@ -114,32 +110,5 @@ pub fn disguised(handler: usize) -> usize {
         libc::SIG_DFL
     } else {
         handler
-    }
-}
-
-/// Blocks [`SIGNALS`] on the calling thread until dropped (threads it
-/// creates inherit the mask).
-pub(crate) struct BlockTerm(libc::sigset_t);
-
-impl BlockTerm {
-    pub(crate) fn new() -> Self {
-        // SAFETY: sigset manipulation on stack values.
-        unsafe {
-            let mut set: libc::sigset_t = core::mem::zeroed();
-            let mut old: libc::sigset_t = core::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for s in SIGNALS {
-                libc::sigaddset(&mut set, s);
-            }
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            BlockTerm(old)
-        }
-    }
-}
-
-impl Drop for BlockTerm {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask saved in `new`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, core::ptr::null_mut()) };
     }
 }

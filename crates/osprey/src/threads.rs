@@ -155,6 +155,56 @@ pub fn current_or_register() -> Option<&'static Record> {
     register_current().map(|(_, r)| r)
 }
 
+/// Starts one of osprey's own threads (the collector, the shutdown thread).
+///
+/// Invariant: it runs with every asynchronous signal blocked from its first
+/// instruction (the mask is inherited from the creator, set around the spawn)
+/// and is forgotten by the registry before `f` runs. So a process-directed
+/// signal (`kill(pid, SIGUSR1)`, a terminal's SIGINT) always reaches a thread
+/// of the program: a handler that runs on an osprey thread can lose it (dash
+/// drops a trap signal that lands while its main thread waits in `vfork`),
+/// and the termination handler never runs on a thread it waits for.
+/// Synchronous fault signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
+/// SIGSYS) stay unblocked: blocking them would not stop a fault, only skip
+/// the program's own handler.
+pub(crate) fn spawn_internal<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    let blocked = SignalBlock::all();
+    // SAFETY: sigset manipulation on stack values; unblocks faults only.
+    unsafe {
+        let mut faults: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut faults);
+        for s in FAULT_SIGNALS {
+            libc::sigaddset(&mut faults, s);
+        }
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &faults, core::ptr::null_mut());
+    }
+    SPAWNER.store(sys::gettid(), SeqCst);
+    let h = std::thread::Builder::new().name(name.into()).spawn(move || {
+        forget_current();
+        f()
+    });
+    SPAWNER.store(0, SeqCst);
+    drop(blocked);
+    h
+}
+
+/// The thread inside [`spawn_internal`] (0: none).
+static SPAWNER: AtomicI32 = AtomicI32::new(0);
+
+/// Whether the calling thread is creating one of osprey's own threads: an
+/// interposed `pthread_create` asks, and has the new thread call
+/// [`forget_current`] instead of registering, so no scan ever sees an osprey
+/// thread as the program's.
+pub fn spawning_internal() -> bool {
+    SPAWNER.load(SeqCst) == sys::gettid()
+}
+
+/// Signals raised by a faulting instruction, never left blocked.
+const FAULT_SIGNALS: [i32; 6] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS];
+
 /// Blocks every signal on the calling thread until dropped.
 pub struct SignalBlock(libc::sigset_t);
 

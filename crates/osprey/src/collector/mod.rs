@@ -54,7 +54,7 @@ pub(crate) struct Agent {
 /// itself as internal (never primed, never sampled).
 pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
     let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::Builder::new().name("osprey-collect".into()).spawn(move || {
+    let h = threads::spawn_internal("osprey-collect", move || {
         let _ = tx.send(());
         run(agent);
     })?;
@@ -67,8 +67,6 @@ fn run(agent: &'static Agent) {
     let Some(reg) = Registry::get() else { return };
     let storage = agent.storage;
     let cfg = &agent.cfg;
-    // The collector is not profiled (an interposed pthread_create may have registered it).
-    threads::forget_current();
     let mut discovery = Discovery::default();
     let mut aggregator = Aggregator::default();
     // In a forked child there is no tracker: the parent's published tables
