@@ -139,7 +139,7 @@ impl Aggregator {
         };
         let a = self.pending.entry(key).or_default();
         a.count += s.count as u64;
-        a.cpu_ns += s.cpu_ns;
+        a.cpu_ns += s.value;
     }
 
     /// Rotates storage, drains, and returns the profile of the period that ends now.

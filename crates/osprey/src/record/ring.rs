@@ -36,14 +36,34 @@ pub struct SampleRecord {
     pub span_id: u64,
     /// Local root span id (0 = none).
     pub local_root_span_id: u64,
-    /// CPU nanoseconds this sample stands for.
-    pub cpu_ns: u64,
-    /// Samples this record stands for.
+    /// What the sample measures: CPU ns (Cpu), weighted bytes (Alloc).
+    pub value: u64,
+    /// Alloc/Free: the block's address.
+    pub addr: u64,
+    /// [`SampleKind`] as u16.
+    pub kind: u16,
+    /// Wall samples only: the thread's state.
+    pub state: u16,
+    /// Samples this record stands for (Alloc: the weighted allocation count, rounded).
     pub count: u32,
     /// Thread that took the sample.
     pub tid: i32,
     /// Interned tag value ids by tag slot (0 = unset).
     pub tags: [u32; TAG_SLOTS],
+}
+
+/// What a [`SampleRecord`] measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum SampleKind {
+    /// CPU time.
+    Cpu = 0,
+    /// Wall time.
+    Wall = 1,
+    /// A sampled allocation.
+    Alloc = 2,
+    /// A sampled block freed.
+    Free = 3,
 }
 
 /// Entries per ring.

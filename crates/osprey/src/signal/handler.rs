@@ -78,10 +78,11 @@ pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t
             timestamp_ns: sys::monotonic_ns(),
             span_id: ctx.span_id,
             local_root_span_id: ctx.local_root_span_id,
-            cpu_ns,
+            value: cpu_ns,
             count: 1,
             tid,
             tags: ctx.tags,
+            ..Default::default()
         };
         if !rec.ring.push(&sample) {
             rec.ring_overflow.fetch_add(1, Relaxed);
