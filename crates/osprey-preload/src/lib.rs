@@ -10,8 +10,10 @@
 //! family is interposed (`exec_shim.c`, `exec.rs`) so that no osprey signal
 //! reaches an exec'd program; `abort` and `_exit` write the profile so far
 //! first (`shutdown.rs`); a program that installs a handler for one of
-//! osprey's signals gets it, osprey steps aside (`sigaction.rs`).
+//! osprey's signals gets it, osprey steps aside (`sigaction.rs`). The C and
+//! C++ allocators are interposed for allocation profiling (`alloc.rs`).
 
+mod alloc;
 mod context_ffi;
 mod exec;
 mod launch;

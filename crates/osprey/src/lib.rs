@@ -32,8 +32,10 @@
 //! | `takeover` | stepping aside when the program takes one of osprey's signals | no |
 //! | `exec` | no osprey signal survives into an exec'd program | no |
 //! | `context` | the trace-context API for applications | no (writes the record) |
+//! | `alloc` | `Sampling`, the sampling `GlobalAlloc` wrapper for Rust programs | its hooks are `signal/alloc.rs` |
 //! | `config`, `error`, `mmap` | settings, the error type, mappings | no |
 
+pub mod alloc;
 mod collector;
 mod config;
 pub mod context;
@@ -105,6 +107,11 @@ pub mod internals {
     /// The signal path: state, unwinder, syscalls.
     pub mod signal {
         pub use crate::signal::{in_handler, on_sample, sys, unwind, HandlerState, MAX_FRAMES, STATE};
+    }
+    /// The allocation sampler (its hooks, state and live set).
+    pub mod alloc {
+        pub use crate::signal::alloc::{arm, disarm, on_alloc, on_free, weights, AllocState, ALLOC, DEFAULT_MEAN};
+        pub use crate::signal::live::{LiveSet, CAPACITY, LIVE};
     }
     /// Anonymous zeroed mappings.
     pub mod mmap {

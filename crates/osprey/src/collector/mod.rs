@@ -5,6 +5,7 @@
 //! runs on the signal path and is never sampled itself.
 
 mod aggregate;
+pub mod heap;
 
 pub use aggregate::{
     Aggregator, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED,

@@ -8,6 +8,8 @@
 //! | `unwind.rs` | the frame-pointer walk (no tables yet, or off the thread's stack) |
 //! | `sys.rs` | raw system calls, clocks, the errno guard |
 //! | `shutdown.rs` | `on_terminate`: SIGINT/SIGTERM/SIGHUP, last profile, then the default action |
+//! | `alloc.rs` | the allocation sampler: countdown, sampled path (`malloc` runs it) |
+//! | `live.rs` | the set of sampled allocations not freed yet |
 //! | `arch/` | registers from `ucontext`, prologue decoding, the `syscall` asm |
 //!
 //! # Rules for code in this folder
@@ -27,9 +29,11 @@
 //! discovery, the collector) imports from here, never the other way;
 //! `tests/layering.rs` checks it.
 
+pub mod alloc;
 pub(crate) mod arch;
 mod cfi;
 mod handler;
+pub mod live;
 pub mod shutdown;
 mod state;
 pub mod sys;

@@ -120,3 +120,19 @@ pub unsafe fn raw_syscall3(n: libc::c_long, a: usize, b: usize, c: usize) -> usi
     }
     ret
 }
+
+/// The calling function's own registers: `pc` is an address inside it, `sp`
+/// and `fp` its stack and frame pointers at that address (read by one `asm`
+/// block, so the CFI row of `pc` describes that `sp`). Starting a walk from
+/// here lists the caller's frames after it. Must be inlined into the
+/// function whose frame is meant: it is `#[inline(always)]`.
+#[inline(always)]
+pub fn current_regs() -> Regs {
+    let (pc, sp, fp): (u64, u64, u64);
+    // SAFETY: reads registers only.
+    unsafe {
+        asm!("lea {pc}, [rip]", "mov {sp}, rsp", "mov {fp}, rbp",
+             pc = out(reg) pc, sp = out(reg) sp, fp = out(reg) fp, options(nomem, nostack, preserves_flags));
+    }
+    Regs { pc, fp, sp }
+}
