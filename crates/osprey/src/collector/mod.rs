@@ -69,7 +69,8 @@ fn run(agent: &'static Agent) {
     let storage = agent.storage;
     let cfg = &agent.cfg;
     let mut discovery = Discovery::default();
-    let mut aggregator = Aggregator::new(Kinds { wall: cfg.wall, alloc: cfg.alloc });
+    let timeline = cfg.upload.as_ref().is_some_and(|u| u.timeline);
+    let mut aggregator = Aggregator::new(Kinds { wall: cfg.wall, alloc: cfg.alloc, timeline });
     // In a forked child there is no tracker: the parent's published tables
     // stay valid here (same mappings), and a new tracker is built only once
     // the child has lived a while, so short-lived children (a shell's
