@@ -18,7 +18,7 @@ use crate::record::RING_CAPACITY;
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::CallTraceStorage;
-use crate::{threads, unwind_tables};
+use crate::{takeover, threads, unwind_tables};
 use osprey_pprof as pprof;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -86,6 +86,7 @@ fn run(agent: &'static Agent) {
     let now = Instant::now();
     let drain_interval = drain_interval(cfg);
     let (mut next_scan, mut next_drain, mut next_flush) = (now, now + drain_interval, now + cfg.period);
+    let mut next_takeover_check = now + TAKEOVER_CHECK;
     loop {
         match &mut tables {
             Some(t) => unwind_tables::refresh(t),
@@ -102,6 +103,10 @@ fn run(agent: &'static Agent) {
         if now >= next_drain {
             aggregator.drain(reg);
             next_drain = now + drain_interval;
+        }
+        if now >= next_takeover_check {
+            takeover::check_dispositions();
+            next_takeover_check = now + TAKEOVER_CHECK;
         }
         let (stop, flush_now) = {
             let g = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -120,7 +125,7 @@ fn run(agent: &'static Agent) {
             cv.notify_all();
             next_flush = Instant::now() + cfg.period;
         }
-        let wake = next_scan.min(next_drain).min(next_flush);
+        let wake = next_scan.min(next_drain).min(next_flush).min(next_takeover_check);
         let g = lock.lock().unwrap_or_else(|e| e.into_inner());
         if !g.stop && !g.flush_requested {
             let _ = cv.wait_timeout(g, wake.saturating_duration_since(Instant::now()));
@@ -139,6 +144,9 @@ fn run(agent: &'static Agent) {
         d.finish();
     }
 }
+
+/// How often the collector checks that osprey's signals are still its own.
+const TAKEOVER_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a forked child's collector runs on its parent's unwind tables
 /// before building its own (which follows its `dlopen`s).
