@@ -134,10 +134,10 @@ fn charge_remainder(slot: usize, rec: &Record, tid: i32) {
             timestamp_ns: sys::monotonic_ns(),
             span_id: ctx.span_id,
             local_root_span_id: ctx.local_root_span_id,
-            value: rest,
             count: 0,
             tid,
             tags: ctx.tags,
+            value: rest,
             ..Default::default()
         };
         if !rec.ring.push(&sample) {

@@ -8,6 +8,9 @@
 //! it is kept while the live set still holds that address *with that sample
 //! time*: a block freed and its address reused by a later sampled allocation
 //! counts once, under the later sample.
+//!
+//! `Free` records (if a thread pushes them) are applied too, but are not
+//! needed: a block freed is gone from the live set by the next flush.
 
 use crate::signal::live::{LiveSet, LIVE};
 use std::collections::HashMap;
@@ -39,9 +42,22 @@ impl<K: Copy + Eq + Hash> LiveHeap<K> {
         self.by_addr.entry(addr).and_modify(|old| if old.at_ns <= at_ns { *old = e }).or_insert(e);
     }
 
-    /// A sampled block freed (optional: the live set is the truth).
-    pub fn on_free(&mut self, addr: u64) {
-        self.by_addr.remove(&addr);
+    /// The sampled block at `addr` was freed at `at_ns` (optional: the live
+    /// set is the truth).
+    pub fn on_free(&mut self, addr: u64, at_ns: u64) {
+        if self.by_addr.get(&addr).is_some_and(|e| e.at_ns <= at_ns) {
+            self.by_addr.remove(&addr);
+        }
+    }
+
+    /// Replaces each block's key by `f(key)` (the aggregator's stack ids
+    /// outlive storage epochs); `None` keeps the key as it is.
+    pub fn rekey(&mut self, mut f: impl FnMut(&K) -> Option<K>) {
+        for e in self.by_addr.values_mut() {
+            if let Some(k) = f(&e.key) {
+                e.key = k;
+            }
+        }
     }
 
     /// Forgets freed blocks and returns the live bytes by key.
@@ -50,18 +66,8 @@ impl<K: Copy + Eq + Hash> LiveHeap<K> {
     }
 
     /// Keys of the live blocks (the aggregator keeps their frames).
-    pub fn keys(&self) -> impl Iterator<Item = K> + '_ {
-        self.by_addr.values().map(|e| e.key)
-    }
-
-    /// Live blocks remembered.
-    pub fn len(&self) -> usize {
-        self.by_addr.len()
-    }
-
-    /// Whether no live block is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.by_addr.is_empty()
+    pub fn keys(&self) -> impl Iterator<Item = &K> {
+        self.by_addr.values().map(|e| &e.key)
     }
 
     fn inuse_in(&mut self, live: &LiveSet) -> Vec<(K, u64)> {
@@ -99,8 +105,14 @@ mod tests {
         let mut v = h.inuse_in(live);
         v.sort();
         assert_eq!(v, vec![(1, 100), (3, 9)]);
-        assert_eq!(h.len(), 2);
+        assert_eq!(h.keys().count(), 2);
+        // A Free record of the older sample leaves the newer one alone.
+        h.on_free(c, 15);
+        h.rekey(|&k| (k == 3).then_some(30));
+        let mut v = h.inuse_in(live);
+        v.sort();
+        assert_eq!(v, vec![(1, 100), (30, 9)]);
         assert!(live.remove(a) && live.remove(c));
-        assert!(h.inuse_in(live).is_empty() && h.is_empty());
+        assert!(h.inuse_in(live).is_empty() && h.keys().count() == 0);
     }
 }

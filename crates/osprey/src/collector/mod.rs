@@ -5,10 +5,10 @@
 //! runs on the signal path and is never sampled itself.
 
 mod aggregate;
-pub mod heap;
+mod heap;
 
 pub use aggregate::{
-    Aggregator, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED,
+    Aggregator, Kinds, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED,
 };
 
 use crate::config::Config;
@@ -18,7 +18,7 @@ use crate::record::RING_CAPACITY;
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::CallTraceStorage;
-use crate::{threads, unwind_tables};
+use crate::{takeover, threads, unwind_tables};
 use osprey_pprof as pprof;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -69,7 +69,8 @@ fn run(agent: &'static Agent) {
     let storage = agent.storage;
     let cfg = &agent.cfg;
     let mut discovery = Discovery::default();
-    let mut aggregator = Aggregator::default();
+    let timeline = cfg.upload.as_ref().is_some_and(|u| u.timeline);
+    let mut aggregator = Aggregator::new(Kinds { wall: cfg.wall, alloc: cfg.alloc, timeline });
     // In a forked child there is no tracker: the parent's published tables
     // stay valid here (same mappings), and a new tracker is built only once
     // the child has lived a while, so short-lived children (a shell's
@@ -85,6 +86,7 @@ fn run(agent: &'static Agent) {
     let now = Instant::now();
     let drain_interval = drain_interval(cfg);
     let (mut next_scan, mut next_drain, mut next_flush) = (now, now + drain_interval, now + cfg.period);
+    let mut next_takeover_check = now + TAKEOVER_CHECK;
     loop {
         match &mut tables {
             Some(t) => unwind_tables::refresh(t),
@@ -101,6 +103,10 @@ fn run(agent: &'static Agent) {
         if now >= next_drain {
             aggregator.drain(reg);
             next_drain = now + drain_interval;
+        }
+        if now >= next_takeover_check {
+            takeover::check_dispositions();
+            next_takeover_check = now + TAKEOVER_CHECK;
         }
         let (stop, flush_now) = {
             let g = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,7 +125,7 @@ fn run(agent: &'static Agent) {
             cv.notify_all();
             next_flush = Instant::now() + cfg.period;
         }
-        let wake = next_scan.min(next_drain).min(next_flush);
+        let wake = next_scan.min(next_drain).min(next_flush).min(next_takeover_check);
         let g = lock.lock().unwrap_or_else(|e| e.into_inner());
         if !g.stop && !g.flush_requested {
             let _ = cv.wait_timeout(g, wake.saturating_duration_since(Instant::now()));
@@ -138,6 +144,9 @@ fn run(agent: &'static Agent) {
         d.finish();
     }
 }
+
+/// How often the collector checks that osprey's signals are still its own.
+const TAKEOVER_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a forked child's collector runs on its parent's unwind tables
 /// before building its own (which follows its `dlopen`s).
