@@ -2,7 +2,7 @@
  *   split  MIB     the main thread allocates and frees MIB MiB in total,
  *                  50/30/20 by bytes from alloc_a/alloc_b/alloc_c, each with
  *                  its own block sizes (512 B, 10 KiB, 20 KiB).
- *   inuse          keeps 64 MiB from keep_a (4 KiB blocks) and 32 MiB from
+ *   inuse          (paced) keeps 64 MiB from keep_a (4 KiB blocks) and 32 MiB from
  *                  keep_b (64 KiB blocks), frees all of churn_c's 1 GiB,
  *                  and exits with the kept blocks still allocated.
  *   fork   N       a thread allocates without pause while the main thread
@@ -49,6 +49,18 @@ static void split(long mib) {
     }
 }
 
+/* Paces the in-use mode at about 1.5 GiB/s: a sleep every 8 MiB keeps the
+ * samples of a 64 KiB mean (128 per 8 MiB) within what the sample ring
+ * holds between two drains of the collector. */
+static void pace(size_t bytes) {
+    static size_t since;
+    since += bytes;
+    if (since >= 8u << 20) {
+        since = 0;
+        usleep(5000);
+    }
+}
+
 static void **kept;
 static long nkept;
 
@@ -56,12 +68,14 @@ __attribute__((noinline)) void keep_a(void) {
     for (int i = 0; i < 64 * 256; i++) {
         kept[nkept] = malloc(4096);
         memset(kept[nkept++], 1, 64);
+        pace(4096);
     }
 }
 __attribute__((noinline)) void keep_b(void) {
     for (int i = 0; i < 32 * 16; i++) {
         kept[nkept] = malloc(64 * 1024);
         memset(kept[nkept++], 1, 64);
+        pace(64 * 1024);
     }
 }
 __attribute__((noinline)) void churn_c(void) {
@@ -71,6 +85,7 @@ __attribute__((noinline)) void churn_c(void) {
         free(*slot);
         *slot = malloc(2048);
         memset(*slot, 1, 16);
+        pace(2048);
     }
     for (int i = 0; i < 256; i++) free(ring[i]);
 }

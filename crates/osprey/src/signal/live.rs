@@ -82,7 +82,7 @@ impl LiveSet {
         self.remove_slow(addr)
     }
 
-    #[inline(never)]
+    #[inline]
     fn remove_slow(&self, addr: u64) -> bool {
         let Some(bucket) = self.addrs.get(bucket_of(addr)) else { return false };
         for slot in &bucket.0 {

@@ -1,0 +1,222 @@
+//! End to end: `osprey exec --alloc` on C programs (`tests/c/alloc.c`):
+//! the allocation split between functions, the in-use heap against what the
+//! program keeps, jemalloc, `fork` and signal handlers that allocate, and
+//! the cost of the interposed allocator.
+//!
+//! Needs the workspace built (`cargo build --workspace`: the agent library
+//! sits next to the `osprey` binary); `cargo xtask test` does it.
+
+use osprey_pprof::pprof::Profile;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn osprey() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "osprey-alloc-{tag}-{}-{}",
+        std::process::id(),
+        osprey::internals::signal::sys::monotonic_ns()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The fixture, compiled into `dir`.
+fn fixture(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/alloc.c");
+    let bin = dir.join("alloc");
+    let st = Command::new("cc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-builtin", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("cc (install gcc)");
+    assert!(st.success(), "compiling {}", src.display());
+    bin
+}
+
+/// `osprey exec --alloc [extra...] -- bin args...` with `env`, killed after `limit`.
+fn exec_alloc(out: &Path, extra: &[&str], env: &[(&str, &str)], bin: &Path, args: &[&str], limit: Duration) -> Output {
+    let mut c = Command::new(osprey());
+    c.args(["exec", "--alloc", "--out", out.to_str().unwrap()]).args(extra).arg("--").arg(bin).args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run osprey");
+    let end = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("still running after {limit:?} (deadlock?); stderr:\n{}", String::from_utf8_lossy(&o.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{:?}: {}", o.status, String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+fn read_all(dir: &Path) -> Vec<Profile> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "no profile in {}", dir.display());
+    v.iter().map(|p| osprey_pprof::read_profile(p).unwrap()).collect()
+}
+
+/// Cumulative value of each function of `names` on sample type `ty`.
+fn cum(profiles: &[Profile], ty: &str, names: &[&str]) -> Vec<f64> {
+    let s = osprey_pprof::summarize(profiles, Some(ty)).unwrap();
+    names.iter().map(|n| s.functions.iter().filter(|f| f.name == *n).map(|f| f.cum as f64).sum()).collect()
+}
+
+fn shares(profiles: &[Profile], ty: &str, names: &[&str]) -> Vec<f64> {
+    let c = cum(profiles, ty, names);
+    let total: f64 = c.iter().sum();
+    assert!(total > 0.0, "none of {names:?} in {ty}");
+    c.iter().map(|v| v / total * 100.0).collect()
+}
+
+fn assert_split(ps: &[Profile], what: &str) {
+    let types: Vec<String> = ps[0].sample_type.iter().map(|t| ps[0].string_table[t.r#type as usize].clone()).collect();
+    for t in ["alloc-samples", "alloc-space", "inuse-space"] {
+        assert!(types.iter().any(|x| x == t), "{what}: no {t} in {types:?}");
+    }
+    let s = shares(ps, "alloc-space", &["alloc_a", "alloc_b", "alloc_c"]);
+    eprintln!("{what}: alloc-space split {s:.1?} (want 50/30/20)");
+    for (got, want) in s.iter().zip([50.0, 30.0, 20.0]) {
+        assert!((got - want).abs() <= 3.0, "{what}: alloc-space shares {s:?} not within 3 points of 50/30/20");
+    }
+}
+
+/// 4 GiB in 512 B, 10 KiB and 20 KiB blocks at the default 512 KiB mean:
+/// about 8200 samples, so each share's standard error is under 0.6 points.
+#[test]
+fn alloc_space_split_50_30_20() {
+    let dir = tempdir("split");
+    let bin = fixture(&dir);
+    exec_alloc(&dir, &[], &[], &bin, &["split", "4096"], Duration::from_secs(300));
+    assert_split(&read_all(&dir), "glibc");
+}
+
+/// The same program with jemalloc preloaded after osprey (`osprey exec`
+/// puts its agent first): jemalloc serves the blocks, osprey samples them.
+#[test]
+fn jemalloc_preloaded_is_profiled() {
+    let je = Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2");
+    assert!(je.exists(), "{} missing: apt-get install libjemalloc2 (CI does)", je.display());
+    let dir = tempdir("jemalloc");
+    let bin = fixture(&dir);
+    exec_alloc(&dir, &[], &[("LD_PRELOAD", je.to_str().unwrap())], &bin, &["split", "4096"], Duration::from_secs(300));
+    let ps = read_all(&dir);
+    let files: Vec<&str> = ps[0].mapping.iter().map(|m| ps[0].string_table[m.filename as usize].as_str()).collect();
+    assert!(files.iter().any(|f| f.contains("libjemalloc")), "jemalloc not loaded: {files:?}");
+    assert_split(&ps, "jemalloc");
+}
+
+/// The program keeps 64 MiB from `keep_a` (4 KiB blocks) and 32 MiB from
+/// `keep_b` (64 KiB blocks), and frees every block of `churn_c` (1 GiB).
+/// At a 64 KiB mean, `keep_a` is about 990 samples and `keep_b` 320: each
+/// estimate's relative standard deviation is `sqrt((1-p)/(n p))` (3.1% and
+/// 3.4%); the bound is 5 of those. `churn_c` must be exactly 0.
+#[test]
+fn inuse_space_matches_what_is_kept() {
+    let dir = tempdir("inuse");
+    let bin = fixture(&dir);
+    let mean = 64.0 * 1024.0;
+    exec_alloc(&dir, &["--alloc-interval", "65536"], &[], &bin, &["inuse"], Duration::from_secs(300));
+    let ps = read_all(&dir);
+    let got = cum(&ps, "inuse-space", &["keep_a", "keep_b", "churn_c"]);
+    let alloc = cum(&ps, "alloc-space", &["keep_a", "keep_b", "churn_c"]);
+    eprintln!("inuse-space keep_a {:.1} MiB keep_b {:.1} MiB churn_c {} B; alloc-space churn_c {:.0} MiB",
+        got[0] / 1048576.0, got[1] / 1048576.0, got[2], alloc[2] / 1048576.0);
+    for (i, (blocks, size)) in [(64.0 * 256.0, 4096.0), (32.0 * 16.0, 65536.0)].into_iter().enumerate() {
+        let want = blocks * size;
+        let p = 1.0 - f64::exp(-size / mean);
+        let sd = ((1.0 - p) / (blocks * p)).sqrt();
+        let err = got[i] / want - 1.0;
+        eprintln!("  {}: {:+.1}% (sd {:.1}%)", ["keep_a", "keep_b"][i], err * 100.0, sd * 100.0);
+        assert!(err.abs() <= 5.0 * sd, "{} in use {} vs kept {want}: off by {:.1}%", ["keep_a", "keep_b"][i], got[i], err * 100.0);
+    }
+    assert_eq!(got[2], 0.0, "churn_c freed everything it allocated");
+    // The churn was seen: 1 GiB allocated within 5%.
+    assert!((alloc[2] / 1073741824.0 - 1.0).abs() < 0.05, "churn_c alloc-space {}", alloc[2]);
+}
+
+/// `fork` in a loop while another thread allocates: no deadlock (the
+/// sampler holds no lock), every child exits cleanly.
+#[test]
+fn fork_while_allocating_never_deadlocks() {
+    let dir = tempdir("fork");
+    let bin = fixture(&dir);
+    let o = exec_alloc(&dir, &["--alloc-interval", "4096"], &[], &bin, &["fork", "300"], Duration::from_secs(120));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("forked 300"));
+    let c = cum(&read_all(&dir), "alloc-space", &["alloc_a"]);
+    assert!(c[0] > 0.0, "the allocating thread was not profiled");
+}
+
+/// A signal handler that mallocs, at 2 kHz, while the main thread mallocs
+/// with every 256 bytes sampled: the sampled path runs inside the handler,
+/// or gives up when the handler interrupted it; nothing crashes.
+#[test]
+fn malloc_in_signal_handler_is_safe() {
+    let dir = tempdir("signal");
+    let bin = fixture(&dir);
+    let o = exec_alloc(&dir, &["--alloc-interval", "256"], &[], &bin, &["signal", "2"], Duration::from_secs(120));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    eprintln!("{}", text.trim());
+    let handled: u64 = text.split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(handled > 100, "too few mallocs in the handler: {text}");
+    let c = cum(&read_all(&dir), "alloc-space", &["on_alarm", "main"]);
+    assert!(c[0] > 0.0 && c[1] > 0.0, "allocations in and out of the handler profiled: {c:?}");
+}
+
+fn bench_cpu_ns(cmd: &mut Command) -> f64 {
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.trim().strip_prefix("cpu_ns=").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{text}"))
+}
+
+/// CPU time of 20 M malloc/free pairs (16 B-1 KiB) in the program's own
+/// process: without osprey, under `osprey exec` (CPU profile only), and under
+/// `osprey exec --alloc` at the default rate. Best of 5 each; run with
+/// `--nocapture` to see the ratios.
+#[test]
+fn overhead_of_alloc_profiling() {
+    let dir = tempdir("bench");
+    let bin = fixture(&dir);
+    let n = "20000000";
+    let best = |f: &mut dyn FnMut() -> f64| (0..5).map(|_| f()).fold(f64::MAX, f64::min);
+    let plain = best(&mut || bench_cpu_ns(Command::new(&bin).args(["bench", n])));
+    let exec = |alloc: bool| {
+        let mut c = Command::new(osprey());
+        c.args(["exec", "--out", dir.to_str().unwrap()]);
+        if alloc {
+            c.arg("--alloc");
+        }
+        c.arg("--").arg(&bin).args(["bench", n]);
+        c
+    };
+    let cpu_only = best(&mut || bench_cpu_ns(&mut exec(false)));
+    let alloc = best(&mut || bench_cpu_ns(&mut exec(true)));
+    let ns = |v: f64| v / 20e6;
+    eprintln!(
+        "malloc+free pair: plain {:.1} ns, osprey exec {:.1} ns, osprey exec --alloc {:.1} ns",
+        ns(plain),
+        ns(cpu_only),
+        ns(alloc)
+    );
+    eprintln!("--alloc vs without osprey: {:.3}; --alloc vs osprey without --alloc: {:.3}", alloc / plain, alloc / cpu_only);
+    assert!(alloc / plain < 1.5, "--alloc costs {:.0}% on a malloc-only loop", (alloc / plain - 1.0) * 100.0);
+}
