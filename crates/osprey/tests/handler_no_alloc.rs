@@ -3,6 +3,11 @@
 //! The profiler runs at a high rate over threads that allocate constantly,
 //! with a priming-signal storm on top, while a library is loaded and
 //! unloaded (unwind tables republished). A negative control checks the guard.
+//!
+//! The guarded allocator is wrapped in `osprey::alloc::Sampling` and
+//! allocation profiling samples every 4 KiB: the sampled-allocation path
+//! (stack walk, storage, ring, live set; it marks the thread as in a
+//! handler like the signal handlers do) aborts the test if it allocates.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::time::{Duration, Instant};
@@ -40,12 +45,13 @@ fn check() {
 }
 
 #[global_allocator]
-static A: Guarded = Guarded;
+static A: osprey::alloc::Sampling<Guarded> = osprey::alloc::Sampling::new(Guarded);
 
 #[test]
 fn handlers_never_allocate() {
     let dir = std::env::temp_dir().join(format!("osprey-noalloc-{}", std::process::id()));
-    let p = osprey::Profiler::builder().out_dir(&dir).hz(5000).start().unwrap();
+    let p = osprey::Profiler::builder().out_dir(&dir).hz(5000).alloc(true).alloc_interval(4096).start().unwrap();
+    let sampled_before = osprey::internals::alloc::ALLOC.sampled.load(std::sync::atomic::Ordering::Relaxed);
     let end = Instant::now() + Duration::from_secs(2);
     let hs: Vec<_> = (0..3)
         .map(|_| {
@@ -87,6 +93,8 @@ fn handlers_never_allocate() {
     drop(p);
     assert!(stats.signals > 1000, "too few samples to mean anything: {stats:?}");
     assert!(stats.primed > 100, "too few priming signals: {stats:?}");
+    let sampled = osprey::internals::alloc::ALLOC.sampled.load(std::sync::atomic::Ordering::Relaxed) - sampled_before;
+    assert!(sampled > 1000, "too few sampled allocations to mean anything: {sampled}");
     // The CFI path is the one tested: walks through libc's frameless malloc
     // reach the threads' start.
     assert!(stats.cfi_walks * 10 >= stats.signals * 9, "CFI walks: {stats:?}");
