@@ -139,13 +139,26 @@ fn next_interval(c: &Countdown, mean: u64) -> i64 {
 }
 
 /// `(bytes, allocations)` a sampled allocation of `size` bytes stands for.
+/// The allocation count `1/p` is rounded down or up at random by `u`
+/// (uniform in `[0, 1)`), so that it stays unbiased for blocks near or above
+/// the mean, where `1/p` is between 1 and 2.
 #[inline]
-pub fn weights(size: u64, mean: u64) -> (u64, u64) {
+pub fn weights(size: u64, mean: u64, u: f64) -> (u64, u64) {
     let p = -(-(size as f64) / mean.max(1) as f64).exp_m1(); // 1 - exp(-size/mean), exact for small ratios
     if p <= 0.0 {
         return (size, 1);
     }
-    ((size as f64 / p).round() as u64, (1.0 / p).round() as u64)
+    ((size as f64 / p).round() as u64, (1.0 / p + u).floor() as u64)
+}
+
+/// A uniform draw in `[0, 1)` from the thread's generator.
+fn uniform(c: &Countdown) -> f64 {
+    let mut x = c.rng.get() | 1;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    c.rng.set(x);
+    (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Blocks the sampling signal until dropped.
@@ -196,22 +209,22 @@ fn sample(addr: u64, size: u64) {
         let first = c.rng.get() == 0;
         c.left.set(next_interval(c, mean));
         if first {
-            return false;
+            return None;
         }
         if c.busy.replace(true) {
             ALLOC.lost_reentered.fetch_add(1, Relaxed);
-            return false;
+            return None;
         }
-        true
+        Some(weights(size, mean, uniform(c)))
     });
-    if entered {
-        record(regs, addr, size, mean);
+    if let Some((bytes, count)) = entered {
+        record(regs, addr, bytes, count);
         COUNTDOWN.with(|c| c.busy.set(false));
     }
 }
 
 #[inline(always)]
-fn record(regs: unwind::Regs, addr: u64, size: u64, mean: u64) {
+fn record(regs: unwind::Regs, addr: u64, bytes: u64, count: u64) {
     let Some(reg) = Registry::get() else { return };
     let _block = SignalBlock::new();
     let me = sys::gettid();
@@ -229,7 +242,6 @@ fn record(regs: unwind::Regs, addr: u64, size: u64, mean: u64) {
     let Some(_in_flight) = InFlight::enter(rec) else { return };
     // SAFETY: published before `enabled`, never freed while the process lives.
     let Some(storage) = (unsafe { STATE.storage.load(Acquire).as_ref() }) else { return };
-    let (bytes, count) = weights(size, mean);
     let at_ns = sys::monotonic_ns();
     LIVE.insert(addr, at_ns);
 
@@ -279,16 +291,19 @@ mod tests {
     fn weights_correct_for_the_sampling_probability() {
         let mean = 512 * 1024;
         // Small blocks: one sample stands for about mean bytes.
-        let (b, n) = weights(64, mean);
+        let (b, n) = weights(64, mean, 0.0);
         assert!((b as f64 - mean as f64).abs() < 64.0, "{b}");
-        assert_eq!(n, (mean as f64 / 64.0).round() as u64);
+        assert_eq!(n, 8192, "1/p = 8192.5 rounded down at u = 0");
+        assert_eq!(weights(64, mean, 0.6).1, 8193);
         // Huge blocks are always sampled: they stand for themselves.
-        assert_eq!(weights(100 * mean, mean), (100 * mean, 1));
-        // Expected weighted bytes per allocation equal its size.
+        assert_eq!(weights(100 * mean, mean, 0.5), (100 * mean, 1));
+        // Expected weighted bytes and counts per allocation: its size, and 1.
         for size in [1u64, 1000, mean, 3 * mean] {
             let p = 1.0 - (-(size as f64) / mean as f64).exp();
-            let (b, _) = weights(size, mean);
+            let (b, _) = weights(size, mean, 0.0);
             assert!((p * b as f64 - size as f64).abs() <= 1.0, "{size}");
+            let n: f64 = (0..1000).map(|i| weights(size, mean, i as f64 / 1000.0).1 as f64).sum::<f64>() / 1000.0;
+            assert!((p * n - 1.0).abs() < 0.002, "{size}: mean count {n}, 1/p {}", 1.0 / p);
         }
     }
 
