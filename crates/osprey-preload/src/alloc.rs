@@ -323,7 +323,9 @@ macro_rules! operator_new {
             if p.is_null() {
                 return new_failed(
                     // SAFETY: a NUL-terminated literal.
-                    unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) },
+                    unsafe {
+                        std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes())
+                    },
                     size,
                     None,
                 );
@@ -339,7 +341,9 @@ macro_rules! operator_new {
             if p.is_null() {
                 return new_failed(
                     // SAFETY: a NUL-terminated literal.
-                    unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) },
+                    unsafe {
+                        std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes())
+                    },
                     size,
                     Some(align),
                 );

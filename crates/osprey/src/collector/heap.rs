@@ -39,7 +39,14 @@ impl<K: Copy + Eq + Hash> LiveHeap<K> {
     /// (its record's timestamp), under `key`.
     pub fn on_alloc(&mut self, addr: u64, key: K, weighted_bytes: u64, at_ns: u64) {
         let e = Entry { key, bytes: weighted_bytes, at_ns };
-        self.by_addr.entry(addr).and_modify(|old| if old.at_ns <= at_ns { *old = e }).or_insert(e);
+        self.by_addr
+            .entry(addr)
+            .and_modify(|old| {
+                if old.at_ns <= at_ns {
+                    *old = e
+                }
+            })
+            .or_insert(e);
     }
 
     /// The sampled block at `addr` was freed at `at_ns` (optional: the live
