@@ -167,6 +167,40 @@ fn inuse_space_matches_what_is_kept() {
     assert!((n / 524288.0 - 1.0).abs() < 0.05, "churn_c alloc-samples {n}");
 }
 
+/// C++ (`tests/c/alloc_cxx.cc`): `new char[]` and aligned `new` keep 16 MiB
+/// each; `churn_d` news and deletes 256 MiB through the sized aligned
+/// `delete`. At a 64 KiB mean each kept 16 MiB is about 250 samples (6.1%
+/// standard deviation, bound 5 of those); the churn keeps exactly nothing.
+#[test]
+fn cxx_new_and_delete() {
+    let dir = tempdir("cxx");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/alloc_cxx.cc");
+    let bin = dir.join("alloc_cxx");
+    let st = Command::new("c++")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("c++ (install g++)");
+    assert!(st.success(), "compiling {}", src.display());
+    exec_alloc(&dir, &["--alloc-interval", "65536"], &[], &bin, &[], Duration::from_secs(120));
+    let ps = read_all(&dir);
+    let names = ["new_plain()", "new_aligned()", "churn_d()"];
+    let inuse = cum(&ps, "inuse-space", &names);
+    let alloc = cum(&ps, "alloc-space", &names);
+    eprintln!("C++ in use {inuse:?}, allocated {alloc:?}");
+    // 4096 blocks of 4 KiB each sampled with probability p.
+    let p = 1.0 - f64::exp(-4096.0 / 65536.0);
+    let sd = ((1.0 - p) / (4096.0 * p)).sqrt();
+    for (i, got) in inuse[..2].iter().enumerate() {
+        let err = got / (16.0 * 1048576.0) - 1.0;
+        assert!(err.abs() <= 5.0 * sd, "{} in use {got}: {:.1}% off (sd {:.1}%)", names[i], err * 100.0, sd * 100.0);
+    }
+    assert_eq!(inuse[2], 0.0, "churn_d deleted everything it newed");
+    assert!((alloc[2] / (256.0 * 1048576.0) - 1.0).abs() < 0.1, "churn_d allocated {}", alloc[2]);
+}
+
 /// `fork` in a loop while another thread allocates: no deadlock (the
 /// sampler holds no lock), every child exits cleanly.
 #[test]

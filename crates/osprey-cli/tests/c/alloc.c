@@ -91,6 +91,9 @@ __attribute__((noinline)) void churn_c(void) {
 }
 
 static void inuse(void) {
+    /* The agent's collector compiles the unwind tables at start and drains
+     * no ring meanwhile: 1000 samples at once would overflow the ring. */
+    usleep(500000);
     kept = malloc(sizeof(void *) * (64 * 256 + 32 * 16));
     keep_a();
     churn_c();
