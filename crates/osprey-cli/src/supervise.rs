@@ -26,6 +26,8 @@ const RELAYED: [libc::c_int; 8] = [
     libc::SIGPWR,
 ];
 
+/// The relayed signals and SIGCHLD (which only wakes [`relay`]: the
+/// command ended).
 fn relayed_set() -> libc::sigset_t {
     let mut set = MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: sigemptyset initialises the set; sigaddset takes valid signals.
@@ -34,6 +36,7 @@ fn relayed_set() -> libc::sigset_t {
         for s in RELAYED {
             libc::sigaddset(set.as_mut_ptr(), s);
         }
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGCHLD);
         set.assume_init()
     }
 }
@@ -59,7 +62,8 @@ pub fn block_relayed(cmd: &mut std::process::Command) {
 }
 
 /// Waits up to `timeout` for a relayed signal and sends it on to `pid` when a
-/// process (not the terminal or the kernel) sent it.
+/// process (not the terminal or the kernel) sent it; returns early when a
+/// child of osprey ended (SIGCHLD), so the caller sees the exit at once.
 pub fn relay(pid: i32, timeout: Duration) {
     let set = relayed_set();
     let ts =
@@ -67,7 +71,7 @@ pub fn relay(pid: i32, timeout: Duration) {
     let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
     // SAFETY: valid set, info buffer and timeout.
     let sig = unsafe { libc::sigtimedwait(&set, info.as_mut_ptr(), &ts) };
-    if sig <= 0 {
+    if sig <= 0 || sig == libc::SIGCHLD {
         return;
     }
     // SAFETY: sigtimedwait filled `info` for `sig`.

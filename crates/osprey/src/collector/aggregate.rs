@@ -146,9 +146,9 @@ impl Aggregator {
         }
     }
 
-    /// Drains every ring; recycles retired records once drained.
+    /// Drains every ring that got samples; recycles retired records once drained.
     pub fn drain(&mut self, reg: &Registry) {
-        reg.for_each_active(|idx, rec| {
+        reg.for_each_dirty(|idx, rec| {
             let retired = rec.state() == RecordState::Retired;
             // A retired record's tid is already 0: its samples still name the thread.
             let mut tid = rec.tid.load(Relaxed);

@@ -47,8 +47,10 @@ pub(crate) struct Agent {
     pub thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub dispositions: Vec<Installed>,
     /// The unwind-table tracker, taken by the collector thread when it starts
-    /// (`None` after fork: the child's collector starts a fresh one).
+    /// (`None` after fork, or when deferred: the collector builds one).
     pub tracker: Mutex<Option<osprey_unwind::scan::Tracker>>,
+    /// Without a tracker: how long after start the collector builds one.
+    pub tables_after: std::time::Duration,
 }
 
 /// Starts the collector thread of `agent`; returns once it has registered
@@ -90,7 +92,7 @@ fn run(agent: &'static Agent) {
     loop {
         match &mut tables {
             Some(t) => unwind_tables::refresh(t),
-            None if born.elapsed() >= FORKED_TABLES_AFTER => tables = Some(unwind_tables::fresh()),
+            None if born.elapsed() >= agent.tables_after => tables = Some(unwind_tables::fresh()),
             None => {}
         }
         let now = Instant::now();
@@ -150,7 +152,7 @@ const TAKEOVER_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a forked child's collector runs on its parent's unwind tables
 /// before building its own (which follows its `dlopen`s).
-const FORKED_TABLES_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const FORKED_TABLES_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How often the sample rings are drained: the configured interval, or
 /// sooner at high rates, so a busy thread's ring (`RING_CAPACITY` records)

@@ -86,9 +86,7 @@ pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t
             kind: SampleKind::Cpu as u16,
             state: 0,
         };
-        if !rec.ring.push(&sample) {
-            rec.ring_overflow.fetch_add(1, Relaxed);
-        }
+        reg.push_sample(slot, rec, &sample);
     });
     rec.samples.fetch_add(1, Relaxed);
 }
