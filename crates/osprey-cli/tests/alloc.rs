@@ -243,8 +243,9 @@ fn bench_cpu_ns(cmd: &mut Command) -> f64 {
 /// disarmed); with `--alloc --alloc-interval 1G` (the fast path: countdown,
 /// live-set probe in `free`, almost no sample); and `--alloc` at the default
 /// 512 KiB (about 10 000 sampled stacks more). Best of 5 each; run with
-/// `--nocapture` for the figures. The bound is the measured ratio (1.9 with
-/// the debug agent of the test build, 2 cores shared) with room for noise.
+/// `--nocapture` for the figures. The bounds are the measured ratios with
+/// the debug agent of the test build on 2 shared cores (1.9-2.0 against no
+/// osprey, 1.34-1.45 against osprey without `--alloc`) with room for noise.
 #[test]
 fn overhead_of_alloc_profiling() {
     let dir = tempdir("bench");
@@ -275,5 +276,10 @@ fn overhead_of_alloc_profiling() {
         ns(fast_path - cpu_only),
         ns(alloc - fast_path)
     );
-    assert!(alloc / plain < 2.5, "--alloc costs {:.0}% on a malloc-only loop", (alloc / plain - 1.0) * 100.0);
+    assert!(alloc / plain < 3.0, "--alloc costs {:.0}% on a malloc-only loop", (alloc / plain - 1.0) * 100.0);
+    assert!(
+        alloc / cpu_only < 2.0,
+        "--alloc costs {:.0}% more than osprey without it",
+        (alloc / cpu_only - 1.0) * 100.0
+    );
 }

@@ -276,9 +276,7 @@ fn record(regs: unwind::Regs, addr: u64, bytes: u64, count: u64) {
             tid,
             tags: ctx.tags,
         };
-        if !rec.ring.push(&sample) {
-            rec.ring_overflow.fetch_add(1, Relaxed);
-        }
+        reg.push_sample(slot, rec, &sample);
     });
     ALLOC.sampled.fetch_add(1, Relaxed);
 }
