@@ -56,6 +56,31 @@ static REAL: [AtomicUsize; 10] = [const { AtomicUsize::new(0) }; 10];
 /// A thread is inside `dlsym` looking them up: allocations come from [`BOOT`].
 static RESOLVING: AtomicBool = AtomicBool::new(false);
 
+/// From the constructor: when the program was started with this library in
+/// `LD_PRELOAD` (not `dlopen`ed), its thread-locals are in static TLS and the
+/// sampler's countdown is read at a fixed offset from the thread pointer.
+pub fn init() {
+    let mut info: libc::Dl_info = unsafe_zeroed();
+    // SAFETY: dladdr fills `info` for an address of this library (a function).
+    let found = unsafe { libc::dladdr(init as *const libc::c_void, &mut info) } != 0 && !info.dli_fname.is_null();
+    if !found {
+        return;
+    }
+    // SAFETY: dladdr's file name is a NUL-terminated string owned by the loader.
+    let me = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+    let preloaded = std::env::var_os("LD_PRELOAD")
+        .is_some_and(|v| v.to_string_lossy().split([':', ' ']).any(|p| !p.is_empty() && base(p) == base(&me)));
+    if preloaded {
+        osprey::internals::alloc::use_static_tls();
+    }
+}
+
+fn unsafe_zeroed() -> libc::Dl_info {
+    // SAFETY: Dl_info is plain pointers: all-zero is valid.
+    unsafe { core::mem::zeroed() }
+}
+
 /// Looks every real function up (once; again if a lookup failed).
 #[cold]
 fn resolve() {

@@ -41,6 +41,7 @@ static PROFILER: Mutex<Option<osprey::Profiler>> = Mutex::new(None);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
+    alloc::init();
     shutdown::resolve();
     sigaction::resolve();
     if launch::decide() != launch::Role::Native {
@@ -143,6 +144,7 @@ fn real_pthread_create() -> Option<PthreadCreate> {
 extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the Box made in `pthread_create`, handed over once.
     let start = unsafe { Box::from_raw(p as *mut Start) };
+    osprey::internals::alloc::check_static_tls();
     if start.internal {
         threads::forget_current();
     } else if threads::register_current_with_start(start.routine as usize).is_some() {

@@ -35,7 +35,7 @@ use super::{cfi, unwind};
 use crate::record::{SampleKind, SampleRecord};
 use crate::registry::Registry;
 use core::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering::*};
 
 /// Frames of osprey's own at the top of a sampled stack: [`sample`] and the
 /// interposed function (or `GlobalAlloc` method) that called it.
@@ -87,6 +87,56 @@ thread_local! {
     };
 }
 
+/// Offset of this thread's [`COUNTDOWN`] from the thread pointer when every
+/// thread has it at the same offset (0: unknown, use `thread_local!`'s
+/// access, which in a shared library is a `__tls_get_addr` call).
+static STATIC_TLS_OFFSET: AtomicIsize = AtomicIsize::new(0);
+
+/// The thread pointer (`fs:0` holds its own address on x86-64 Linux).
+#[inline(always)]
+fn thread_pointer() -> isize {
+    let tp: isize;
+    // SAFETY: reads the TCB's self pointer, set up for every libc thread.
+    unsafe { core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
+    tp
+}
+
+fn offset_here() -> isize {
+    COUNTDOWN.with(|c| c as *const Countdown as isize).wrapping_sub(thread_pointer())
+}
+
+/// Declares that the code holding the countdown was loaded with the program
+/// (`LD_PRELOAD` or linked): its thread-locals are in static TLS, at one
+/// offset from every thread's thread pointer, and the fast path reads them
+/// there instead of calling `__tls_get_addr`. Never call it from a library
+/// that may be `dlopen`ed.
+pub fn use_static_tls() {
+    STATIC_TLS_OFFSET.store(offset_here(), Relaxed);
+}
+
+/// Checks [`use_static_tls`]'s offset on a new thread (the interposed
+/// `pthread_create` calls it); a mismatch turns the shortcut off for good.
+pub fn check_static_tls() {
+    let off = STATIC_TLS_OFFSET.load(Relaxed);
+    if off != 0 && off != offset_here() {
+        STATIC_TLS_OFFSET.store(0, Relaxed);
+    }
+}
+
+/// Runs `f` on the calling thread's countdown.
+#[inline(always)]
+fn with_countdown<R>(f: impl FnOnce(&Countdown) -> R) -> R {
+    let off = STATIC_TLS_OFFSET.load(Relaxed);
+    if off != 0 {
+        // SAFETY: the countdown of this thread lives at the thread pointer
+        // plus `off` (static TLS, see `use_static_tls`); only this thread
+        // touches it, through `Cell`s.
+        f(unsafe { &*(thread_pointer().wrapping_add(off) as *const Countdown) })
+    } else {
+        COUNTDOWN.with(f)
+    }
+}
+
 /// Starts sampling allocations with a mean interval of `mean` bytes.
 pub fn arm(mean: u64) {
     ALLOC.mean.store(mean.max(1), Relaxed);
@@ -106,7 +156,7 @@ pub fn on_alloc(addr: *mut u8, size: usize) {
     if !ALLOC.armed.load(Relaxed) || addr.is_null() {
         return;
     }
-    let crossed = COUNTDOWN.with(|c| {
+    let crossed = with_countdown(|c| {
         let left = c.left.get().wrapping_sub(size as i64);
         c.left.set(left);
         left < 0
@@ -205,7 +255,7 @@ fn sample(addr: u64, size: u64) {
     let regs = current_regs();
     let _errno = ErrnoGuard::save();
     let mean = ALLOC.mean.load(Relaxed).max(1);
-    let entered = COUNTDOWN.with(|c| {
+    let entered = with_countdown(|c| {
         let first = c.rng.get() == 0;
         c.left.set(next_interval(c, mean));
         if first {
@@ -219,7 +269,7 @@ fn sample(addr: u64, size: u64) {
     });
     if let Some((bytes, count)) = entered {
         record(regs, addr, bytes, count);
-        COUNTDOWN.with(|c| c.busy.set(false));
+        with_countdown(|c| c.busy.set(false));
     }
 }
 
