@@ -1,6 +1,7 @@
 //! End to end: `osprey exec --alloc` on C programs (`tests/c/alloc.c`):
 //! the allocation split between functions, the in-use heap against what the
-//! program keeps, jemalloc, `fork` and signal handlers that allocate, and
+//! program keeps, C++, jemalloc and tcmalloc, `fork` and signal handlers
+//! that allocate, and
 //! the cost of the interposed allocator.
 //!
 //! Needs the workspace built (`cargo build --workspace`: the agent library
@@ -109,19 +110,29 @@ fn alloc_space_split_50_30_20() {
     assert_split(&read_all(&dir), "glibc");
 }
 
-/// The same program with jemalloc preloaded after osprey (`osprey exec`
-/// puts its agent first): jemalloc serves the blocks, osprey samples them.
-#[test]
-fn jemalloc_preloaded_is_profiled() {
-    let je = Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2");
-    assert!(je.exists(), "{} missing: apt-get install libjemalloc2 (CI does)", je.display());
-    let dir = tempdir("jemalloc");
+/// The split program with another allocator preloaded after osprey
+/// (`osprey exec` puts its agent first): that allocator serves the blocks,
+/// osprey samples them.
+fn other_allocator(lib: &str, tag: &str) {
+    let lib = Path::new("/usr/lib/x86_64-linux-gnu").join(lib);
+    assert!(lib.exists(), "{} missing: apt-get install libjemalloc2 libtcmalloc-minimal4 (CI does)", lib.display());
+    let dir = tempdir(tag);
     let bin = fixture(&dir);
-    exec_alloc(&dir, &[], &[("LD_PRELOAD", je.to_str().unwrap())], &bin, &["split", "4096"], Duration::from_secs(300));
+    exec_alloc(&dir, &[], &[("LD_PRELOAD", lib.to_str().unwrap())], &bin, &["split", "4096"], Duration::from_secs(300));
     let ps = read_all(&dir);
     let files: Vec<&str> = ps[0].mapping.iter().map(|m| ps[0].string_table[m.filename as usize].as_str()).collect();
-    assert!(files.iter().any(|f| f.contains("libjemalloc")), "jemalloc not loaded: {files:?}");
-    assert_split(&ps, "jemalloc");
+    assert!(files.iter().any(|f| f.contains(tag)), "{tag} not loaded: {files:?}");
+    assert_split(&ps, tag);
+}
+
+#[test]
+fn jemalloc_preloaded_is_profiled() {
+    other_allocator("libjemalloc.so.2", "jemalloc");
+}
+
+#[test]
+fn tcmalloc_preloaded_is_profiled() {
+    other_allocator("libtcmalloc_minimal.so.4", "tcmalloc");
 }
 
 /// The program keeps 64 MiB from `keep_a` (4 KiB blocks) and 32 MiB from
