@@ -13,12 +13,16 @@
 //! # Rules (those of a signal handler)
 //! Code here runs inside the program's `malloc`, possibly inside its signal
 //! handlers, possibly re-entered by itself: no allocation, no lock, no
-//! panic, only a `const`-initialised thread-local without destructor,
-//! `errno` saved and restored on the sampled path. The fast path
+//! panic, only a `const`-initialised thread-local without destructor (read
+//! at its static-TLS offset from the thread pointer when the preloaded agent
+//! says it may, see [`use_static_tls`]), `errno` saved and restored on the
+//! sampled path. The fast path
 //! ([`on_alloc`], [`on_free`]) is a load, a thread-local decrement and a
 //! compare; everything else is in [`sample`], taken about once per `mean`
-//! bytes. Its stack use: the locals of the CFI walk (a few hundred bytes);
-//! the frames go to the thread's record buffer.
+//! bytes. Its stack use, measured on the release build: 600 bytes for
+//! [`sample`]'s frame (the walk inlined), 56 for the storage insert, and
+//! libc's `pthread_sigmask`/`clock_gettime`: under 1 KiB. The frames go to
+//! the thread's record buffer, not the stack.
 //!
 //! # Sharing with the CPU-sampling handler
 //! A sampled allocation uses the thread's record frame buffer, storage slot
