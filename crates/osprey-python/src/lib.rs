@@ -16,11 +16,14 @@ mod gc;
 mod gilwait;
 pub mod layout;
 mod namespace;
+pub mod object_layout;
 pub mod process;
+mod pyobject;
 mod sampler;
 pub mod stack;
 mod state;
 pub mod target;
+pub mod thread_names;
 pub mod threads;
 
 use std::fmt;
