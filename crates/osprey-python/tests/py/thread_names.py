@@ -70,7 +70,7 @@ def main():
     burn_main(threads[2])
     for t in threads:
         t.join()
-    print("names", ",".join(t.name for t in threading.enumerate()))
+    print("names", ",".join(t.name for t in threads))
 
 
 main()
