@@ -153,9 +153,9 @@ impl<'a> Reader<'a> {
                     return Err(bad("torn dict keys"));
                 }
                 let ix = match size {
-                    ..=0xff => 1,
-                    ..=0xffff => 2,
-                    ..=0xffff_ffff => 4,
+                    0..=0xff => 1,
+                    0x100..=0xffff => 2,
+                    0x1_0000..=0xffff_ffff => 4,
                     _ => 8,
                 };
                 (keys + 40 + size * ix, n, 24, 8)
