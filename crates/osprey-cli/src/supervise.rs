@@ -100,6 +100,9 @@ pub struct TreeCpu {
 }
 
 /// Has `pid` exited? Leaves it a zombie (its `/proc` entry stays readable).
+/// A ptrace stop of its main thread (the Python sampler reading a thread's
+/// registers), which `waitid` reports to a tracer even without `WSTOPPED`,
+/// is not an exit and is left for the sampler to wait for.
 pub fn has_exited(pid: i32) -> bool {
     let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
     // SAFETY: valid info buffer; WNOWAIT leaves the child waitable.
@@ -107,7 +110,10 @@ pub fn has_exited(pid: i32) -> bool {
         libc::waitid(libc::P_PID, pid as libc::id_t, info.as_mut_ptr(), libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
     };
     // SAFETY: waitid zero-filled or filled `info`.
-    r == 0 && unsafe { info.assume_init().si_pid() } == pid
+    let info = unsafe { info.assume_init() };
+    // SAFETY: as above.
+    let from_pid = unsafe { info.si_pid() } == pid;
+    r == 0 && from_pid && matches!(info.si_code, libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED)
 }
 
 /// CPU times of the zombie `pid`, from `/proc/<pid>/stat` (utime, stime,
