@@ -10,7 +10,17 @@
 use osprey_pprof::pprof::Profile;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// One test at a time: each needs the agent's collector to keep up with the
+/// program's sampling rate (rings of 512 records), and the overhead test
+/// measures CPU time; on 2 cores, tests running side by side starve both.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn osprey() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
@@ -104,6 +114,7 @@ fn assert_split(ps: &[Profile], what: &str) {
 /// about 8200 samples, so each share's standard error is under 0.6 points.
 #[test]
 fn alloc_space_split_50_30_20() {
+    let _serial = serial();
     let dir = tempdir("split");
     let bin = fixture(&dir);
     exec_alloc(&dir, &[], &[], &bin, &["split", "4096"], Duration::from_secs(300));
@@ -127,11 +138,13 @@ fn other_allocator(lib: &str, tag: &str) {
 
 #[test]
 fn jemalloc_preloaded_is_profiled() {
+    let _serial = serial();
     other_allocator("libjemalloc.so.2", "jemalloc");
 }
 
 #[test]
 fn tcmalloc_preloaded_is_profiled() {
+    let _serial = serial();
     other_allocator("libtcmalloc_minimal.so.4", "tcmalloc");
 }
 
@@ -142,6 +155,7 @@ fn tcmalloc_preloaded_is_profiled() {
 /// 3.4%); the bound is 5 of those. `churn_c` must be exactly 0.
 #[test]
 fn inuse_space_matches_what_is_kept() {
+    let _serial = serial();
     let dir = tempdir("inuse");
     let bin = fixture(&dir);
     let mean = 64.0 * 1024.0;
@@ -184,6 +198,7 @@ fn inuse_space_matches_what_is_kept() {
 /// standard deviation, bound 5 of those); the churn keeps exactly nothing.
 #[test]
 fn cxx_new_and_delete() {
+    let _serial = serial();
     let dir = tempdir("cxx");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/alloc_cxx.cc");
     let bin = dir.join("alloc_cxx");
@@ -216,6 +231,7 @@ fn cxx_new_and_delete() {
 /// sampler holds no lock), every child exits cleanly.
 #[test]
 fn fork_while_allocating_never_deadlocks() {
+    let _serial = serial();
     let dir = tempdir("fork");
     let bin = fixture(&dir);
     let o = exec_alloc(&dir, &["--alloc-interval", "4096"], &[], &bin, &["fork", "300"], Duration::from_secs(120));
@@ -229,6 +245,7 @@ fn fork_while_allocating_never_deadlocks() {
 /// or gives up when the handler interrupted it; nothing crashes.
 #[test]
 fn malloc_in_signal_handler_is_safe() {
+    let _serial = serial();
     let dir = tempdir("signal");
     let bin = fixture(&dir);
     let o = exec_alloc(&dir, &["--alloc-interval", "256"], &[], &bin, &["signal", "2"], Duration::from_secs(120));
@@ -260,6 +277,7 @@ fn bench_cpu_ns(cmd: &mut Command) -> f64 {
 /// stacks +3.1 ns per pair) with room for noise.
 #[test]
 fn overhead_of_alloc_profiling() {
+    let _serial = serial();
     let dir = tempdir("bench");
     let bin = fixture(&dir);
     let n = "20000000";
