@@ -10,7 +10,8 @@
 //! ```
 //!
 //! The public API is [`Profiler`] and its [`Builder`], [`Config`], [`Error`],
-//! the trace [`context`] and [`register_current_thread`]. What the preload
+//! the trace [`context`], [`register_current_thread`] and the sampling
+//! allocator [`alloc::Sampling`] (allocation profiles of Rust programs). What the preload
 //! library, the CLI, tests and benchmarks reach inside is in the hidden
 //! `internals` module and may change at any time.
 //!
