@@ -154,7 +154,7 @@ pub fn disarm() {
 
 /// Fast path, after an allocation of `size` bytes returned `addr`: counts the
 /// bytes down and samples when the countdown crosses zero. Must be inlined
-/// into the interposed function (see [`OWN_FRAMES`]).
+/// into the interposed function: the stack is cut after it (`OWN_FRAMES`).
 #[inline(always)]
 pub fn on_alloc(addr: *mut u8, size: usize) {
     if !ALLOC.armed.load(Relaxed) || addr.is_null() {
