@@ -16,7 +16,7 @@
 //! Everything here obeys the rules of `osprey::internals::signal` (no
 //! allocation, no lock, no panic): it runs inside the program's `malloc`.
 
-use osprey::internals::alloc::{on_alloc, on_free};
+use osprey::internals::alloc::{armed, on_alloc, on_free};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 
@@ -163,8 +163,13 @@ fn boot_size(p: *mut libc::c_void) -> usize {
 #[inline(always)]
 fn malloc_impl(size: usize) -> *mut libc::c_void {
     let Some(f) = real_fn!(MALLOC, Malloc) else { return boot_alloc(size, 16) };
-    // SAFETY: the real malloc.
-    let p = unsafe { f(size) };
+    if !armed() {
+        // SAFETY: the real malloc (a tail call).
+        return unsafe { f(size) };
+    }
+    // SAFETY: the real malloc (`black_box`: a call of its own, so the
+    // compiler does not merge it with the tail call above).
+    let p = unsafe { core::hint::black_box(f)(size) };
     on_alloc(p as *mut u8, size);
     p
 }
@@ -214,8 +219,12 @@ pub extern "C" fn calloc(n: usize, size: usize) -> *mut libc::c_void {
         return core::ptr::null_mut();
     };
     let Some(f) = real_fn!(CALLOC, Calloc) else { return boot_alloc(total, 16) };
-    // SAFETY: the real calloc.
-    let p = unsafe { f(n, size) };
+    if !armed() {
+        // SAFETY: the real calloc (a tail call).
+        return unsafe { f(n, size) };
+    }
+    // SAFETY: the real calloc (`black_box`: see `malloc_impl`).
+    let p = unsafe { core::hint::black_box(f)(n, size) };
     on_alloc(p as *mut u8, total);
     p
 }
@@ -238,8 +247,12 @@ pub unsafe extern "C" fn realloc(p: *mut libc::c_void, size: usize) -> *mut libc
     if !p.is_null() {
         on_free(p as *mut u8);
     }
-    // SAFETY: the real realloc with the caller's block.
-    let q = unsafe { f(p, size) };
+    if !armed() {
+        // SAFETY: the real realloc with the caller's block (a tail call).
+        return unsafe { f(p, size) };
+    }
+    // SAFETY: the real realloc with the caller's block (`black_box`: see `malloc_impl`).
+    let q = unsafe { core::hint::black_box(f)(p, size) };
     on_alloc(q as *mut u8, size);
     q
 }

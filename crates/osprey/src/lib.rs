@@ -114,7 +114,8 @@ pub mod internals {
     /// The allocation sampler (its hooks, state and live set).
     pub mod alloc {
         pub use crate::signal::alloc::{
-            arm, check_static_tls, disarm, on_alloc, on_free, use_static_tls, weights, AllocState, ALLOC, DEFAULT_MEAN,
+            arm, armed, check_static_tls, disarm, on_alloc, on_free, use_static_tls, weights, AllocState, ALLOC,
+            DEFAULT_MEAN,
         };
         pub use crate::signal::live::{LiveSet, CAPACITY, LIVE};
     }

@@ -152,6 +152,13 @@ pub fn disarm() {
     ALLOC.armed.store(false, Release);
 }
 
+/// Whether allocations are being sampled (one relaxed load): callers may
+/// skip [`on_alloc`] entirely, and tail-call the real allocator, when not.
+#[inline(always)]
+pub fn armed() -> bool {
+    ALLOC.armed.load(Relaxed)
+}
+
 /// Fast path, after an allocation of `size` bytes returned `addr`: counts the
 /// bytes down and samples when the countdown crosses zero. Must be inlined
 /// into the interposed function: the stack is cut after it (`OWN_FRAMES`).
