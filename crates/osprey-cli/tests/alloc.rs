@@ -272,9 +272,9 @@ fn bench_cpu_ns(cmd: &mut Command) -> f64 {
 /// live-set probe in `free`, almost no sample); and `--alloc` at the default
 /// 512 KiB (about 10 000 sampled stacks more). Best of 5 each; run with
 /// `--nocapture` for the figures. The bounds are the measured ratios with
-/// the debug agent of the test build on 2 shared cores (1.74 against no
-/// osprey, 1.28 against osprey without `--alloc`: fast path +0.5 ns, sampled
-/// stacks +3.1 ns per pair) with room for noise.
+/// the debug agent of the test build on 2 shared cores (1.71-1.74 against
+/// no osprey, 1.27-1.34 against osprey without `--alloc`: fast path
+/// +0.4-1.2 ns, sampled stacks +2.9-3.1 ns per pair) with room for noise.
 #[test]
 fn overhead_of_alloc_profiling() {
     let _serial = serial();
