@@ -67,6 +67,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     if s.lines {
         c.env("OSPREY_LINES", "1");
     }
+    for (k, on) in [("OSPREY_WALL", cfg.wall), ("OSPREY_ALLOC", cfg.alloc)] {
+        c.env(k, if on { "1" } else { "0" });
+    }
+    c.env("OSPREY_WALL_HZ", cfg.wall_hz.to_string())
+        .env("OSPREY_WALL_THREADS", cfg.wall_threads.to_string())
+        .env("OSPREY_ALLOC_INTERVAL", cfg.alloc_interval.to_string());
     let before = hints::profile_files(&cfg.out_dir);
     supervise::block_relayed(&mut c);
     let started = Instant::now();
@@ -242,7 +248,20 @@ fn check_sampling(s: &Sampling, up: &osprey_upload::UploadConfig) -> Result<ospr
     let period = Duration::try_from_secs_f64(s.period)
         .map_err(|_| Failure::usage(format!("--period: {} is not a duration in seconds", s.period)))?;
     let out_dir = up.out.clone().unwrap_or_else(|| PathBuf::from("profiles"));
-    let cfg = osprey::Config { hz: s.hz, period, out_dir, lines: s.lines, ..Default::default() };
+    let alloc_interval = parse_size(&s.alloc_interval)
+        .ok_or_else(|| Failure::usage(format!("--alloc-interval: `{}` is not a size (e.g. 512K)", s.alloc_interval)))?;
+    let cfg = osprey::Config {
+        hz: s.hz,
+        period,
+        out_dir,
+        lines: s.lines,
+        wall: s.wall,
+        wall_hz: s.wall_hz,
+        wall_threads: s.wall_threads,
+        alloc: s.alloc,
+        alloc_interval,
+        ..Default::default()
+    };
     cfg.validate().map_err(config_failure)?;
     if let Some(out) = &up.out {
         osprey::internals::agent::check_writable(out).map_err(|e| Failure::usage(format!("--out: {e}")))?;
@@ -250,13 +269,25 @@ fn check_sampling(s: &Sampling, up: &osprey_upload::UploadConfig) -> Result<ospr
     Ok(cfg)
 }
 
+/// `512K`, `1M`, `4096`: bytes.
+fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, mul) = match v.chars().last()? {
+        'K' | 'k' => (&v[..v.len() - 1], 1u64 << 10),
+        'M' | 'm' => (&v[..v.len() - 1], 1 << 20),
+        'G' | 'g' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mul)
+}
+
 /// A configuration error as the flag that caused it: `--hz: 0 Hz is out of range (1-10000)`.
 fn config_failure(e: osprey::Error) -> Failure {
     match e {
         osprey::Error::Config { field, reason } => {
             let flag = match field {
-                "out_dir" => "out",
-                f => f,
+                "out_dir" => "out".to_string(),
+                f => f.replace('_', "-"),
             };
             Failure::usage(format!("--{flag}: {reason}"))
         }

@@ -38,6 +38,23 @@ pub struct Sampling {
     /// memory in the profiled process at each flush).
     #[arg(long)]
     pub lines: bool,
+    /// Also a wall-time profile: every thread, running or blocked, with its
+    /// state (`running`, `sleeping`, the system call it waits in).
+    #[arg(long)]
+    pub wall: bool,
+    /// Wall-clock ticks per second (1-1000).
+    #[arg(long, default_value_t = 100, value_name = "HZ")]
+    pub wall_hz: u32,
+    /// At most this many threads sampled per wall tick (1-1024).
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub wall_threads: usize,
+    /// Also allocation and live-heap profiles (native programs: the malloc
+    /// family and C++ new/delete).
+    #[arg(long)]
+    pub alloc: bool,
+    /// Mean bytes allocated between two allocation samples (`K`/`M` suffix).
+    #[arg(long, default_value = "512K", value_name = "BYTES")]
+    pub alloc_interval: String,
     /// No messages from osprey on stderr (errors excepted).
     #[arg(long, short)]
     pub quiet: bool,

@@ -15,6 +15,11 @@
 //! | `OSPREY_CHILDREN` | `1`: programs the target execs are profiled too | 0 |
 //! | `OSPREY_LINES` | `1`: file, line and inlined frames from DWARF (costs memory at each flush) | 0 |
 //! | `OSPREY_VERBOSE` | `1`: the preloaded agent says on stderr where it wrote the last profile | 0 |
+//! | `OSPREY_WALL` | `1`: wall-time profile of every thread (`wall/nanoseconds`, `state` label) | 0 |
+//! | `OSPREY_WALL_HZ` | wall-clock ticks per second (1–1000) | 100 |
+//! | `OSPREY_WALL_THREADS` | threads sampled per wall tick, at most (1–1024) | 16 |
+//! | `OSPREY_ALLOC` | `1`: allocation and live-heap profiles (`alloc-samples`, `alloc-space`, `inuse-space`) | 0 |
+//! | `OSPREY_ALLOC_INTERVAL` | mean bytes allocated between allocation samples (`K`/`M`/`G`, 1-1G) | 512K |
 
 use crate::error::Error;
 use crate::signal::MAX_FRAMES;
@@ -60,6 +65,18 @@ pub struct Config {
     pub continue_after_fork: bool,
     /// Symbolize with DWARF (file, line, inlined frames); see `osprey_pprof::ProfileData::lines`.
     pub lines: bool,
+    /// Wall-time profile: every thread, running or blocked, sampled
+    /// `wall_hz` times a second (at most `wall_threads` threads a tick).
+    pub wall: bool,
+    /// Wall-clock ticks per second.
+    pub wall_hz: u32,
+    /// Threads sampled per wall tick, at most (a rotating subset, weighted).
+    pub wall_threads: usize,
+    /// Allocation and live-heap profiles (interposed `malloc` family, or the
+    /// `osprey::alloc` wrapper in Rust programs).
+    pub alloc: bool,
+    /// Mean bytes allocated between two allocation samples (Poisson).
+    pub alloc_interval: u64,
     /// Delivery to Datadog / Pyroscope / OTLP (and whether files are
     /// written), see `osprey_upload::config`. None: files in `out_dir` only.
     pub upload: Option<osprey_upload::UploadConfig>,
@@ -81,6 +98,11 @@ impl Default for Config {
             prime_signal: None,
             continue_after_fork: true,
             lines: false,
+            wall: false,
+            wall_hz: 100,
+            wall_threads: 16,
+            alloc: false,
+            alloc_interval: 512 << 10,
             upload: None,
         }
     }
@@ -97,6 +119,9 @@ const ENV: &[(&str, &str)] = &[
     ("memory_budget", "OSPREY_MEMORY"),
     ("sample_signal", "OSPREY_SAMPLE_SIGNAL"),
     ("prime_signal", "OSPREY_PRIME_SIGNAL"),
+    ("wall_hz", "OSPREY_WALL_HZ"),
+    ("wall_threads", "OSPREY_WALL_THREADS"),
+    ("alloc_interval", "OSPREY_ALLOC_INTERVAL"),
 ];
 
 impl Config {
@@ -149,6 +174,21 @@ impl Config {
         }
         if let Some(v) = get("OSPREY_LINES") {
             c.lines = parse_bool("OSPREY_LINES", &v)?;
+        }
+        if let Some(v) = get("OSPREY_WALL") {
+            c.wall = parse_bool("OSPREY_WALL", &v)?;
+        }
+        if let Some(v) = get("OSPREY_WALL_HZ") {
+            c.wall_hz = parse_num("OSPREY_WALL_HZ", &v)?;
+        }
+        if let Some(v) = get("OSPREY_WALL_THREADS") {
+            c.wall_threads = parse_num("OSPREY_WALL_THREADS", &v)?;
+        }
+        if let Some(v) = get("OSPREY_ALLOC") {
+            c.alloc = parse_bool("OSPREY_ALLOC", &v)?;
+        }
+        if let Some(v) = get("OSPREY_ALLOC_INTERVAL") {
+            c.alloc_interval = parse_bytes("OSPREY_ALLOC_INTERVAL", &v)? as u64;
         }
         // Delivery: a backend named (`osprey exec --datadog` ...), or files switched off.
         if ["OSPREY_DATADOG", "OSPREY_PYROSCOPE", "OSPREY_OTLP", "OSPREY_FILES"].iter().any(|k| get(k).is_some()) {
@@ -204,6 +244,18 @@ impl Config {
             return Err(Error::config(
                 "memory_budget",
                 format!("{} bytes is out of range (64K-1G)", self.memory_budget),
+            ));
+        }
+        if !(1..=1000).contains(&self.wall_hz) {
+            return Err(Error::config("wall_hz", format!("{} Hz is out of range (1-1000)", self.wall_hz)));
+        }
+        if !(1..=1024).contains(&self.wall_threads) {
+            return Err(Error::config("wall_threads", format!("{} is out of range (1-1024)", self.wall_threads)));
+        }
+        if !(1..=1 << 30).contains(&self.alloc_interval) {
+            return Err(Error::config(
+                "alloc_interval",
+                format!("{} bytes is out of range (1-1G)", self.alloc_interval),
             ));
         }
         let (rt_lo, rt_hi) = (libc::SIGRTMIN(), libc::SIGRTMAX());
@@ -267,5 +319,9 @@ mod tests {
         assert!(env(&[("OSPREY_HZ", "0")]).unwrap_err().contains("OSPREY_HZ"));
         assert!(env(&[("OSPREY_HZ", "fast")]).unwrap_err().contains("not a number"));
         assert!(env(&[("OSPREY_FORK", "maybe")]).is_err());
+        let c = env(&[("OSPREY_WALL", "1"), ("OSPREY_ALLOC", "1"), ("OSPREY_ALLOC_INTERVAL", "64K")]).unwrap();
+        assert!(c.wall && c.alloc && c.alloc_interval == 64 << 10);
+        assert!(env(&[("OSPREY_WALL_THREADS", "0")]).unwrap_err().contains("OSPREY_WALL_THREADS"));
+        assert!(env(&[("OSPREY_ALLOC_INTERVAL", "0")]).unwrap_err().contains("OSPREY_ALLOC_INTERVAL"));
     }
 }

@@ -27,6 +27,7 @@
 //! | `unwind_tables` | compiling and publishing the modules' CFI tables | no |
 //! | `discovery` | finding and priming threads nobody announced | no |
 //! | `collector/` | the background thread: drain, aggregate, write | no |
+//! | `wall/` | wall-time sampling of running and blocked threads, thread states | no |
 //! | `profiler` | start, stop, fork; which process the agent belongs to | no |
 //! | `shutdown` | last profile on SIGINT/SIGTERM/SIGHUP, `abort`, `_exit` | no (its handler is in `signal/`) |
 //! | `takeover` | stepping aside when the program takes one of osprey's signals | no |
@@ -52,6 +53,7 @@ mod storage;
 mod takeover;
 mod threads;
 mod unwind_tables;
+mod wall;
 
 pub use config::Config;
 pub use error::Error;
@@ -109,6 +111,10 @@ pub mod internals {
     /// Anonymous zeroed mappings.
     pub mod mmap {
         pub use crate::mmap::*;
+    }
+    /// Wall-time sampling and thread states.
+    pub mod wall {
+        pub use crate::wall::*;
     }
     /// Synthetic frame names the collector writes.
     pub mod collector {

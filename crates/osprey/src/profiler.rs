@@ -66,6 +66,31 @@ impl Builder {
         self.cfg.lines = on;
         self
     }
+    /// Wall-time profile of every thread, running or blocked (`wall/nanoseconds`).
+    pub fn wall(mut self, on: bool) -> Self {
+        self.cfg.wall = on;
+        self
+    }
+    /// Wall-clock ticks per second (1-1000).
+    pub fn wall_hz(mut self, hz: u32) -> Self {
+        self.cfg.wall_hz = hz;
+        self
+    }
+    /// At most this many threads sampled per wall tick (1-1024).
+    pub fn wall_threads(mut self, n: usize) -> Self {
+        self.cfg.wall_threads = n;
+        self
+    }
+    /// Allocation and live-heap profiles (`alloc-samples`, `alloc-space`, `inuse-space`).
+    pub fn alloc(mut self, on: bool) -> Self {
+        self.cfg.alloc = on;
+        self
+    }
+    /// Mean bytes allocated between two allocation samples.
+    pub fn alloc_interval(mut self, bytes: u64) -> Self {
+        self.cfg.alloc_interval = bytes;
+        self
+    }
     /// Call trace storage budget in bytes.
     pub fn memory_budget(mut self, bytes: usize) -> Self {
         self.cfg.memory_budget = bytes;

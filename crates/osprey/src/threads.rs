@@ -134,10 +134,11 @@ fn charge_remainder(slot: usize, rec: &Record, tid: i32) {
             timestamp_ns: sys::monotonic_ns(),
             span_id: ctx.span_id,
             local_root_span_id: ctx.local_root_span_id,
-            cpu_ns: rest,
             count: 0,
             tid,
             tags: ctx.tags,
+            value: rest,
+            ..Default::default()
         };
         if !rec.ring.push(&sample) {
             rec.ring_overflow.fetch_add(1, Relaxed);

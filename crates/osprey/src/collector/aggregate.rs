@@ -11,32 +11,82 @@
 //! yields every sample whose trace is in the rotated table; samples of the new
 //! epoch stay pending until the next flush.
 
+use super::heap::LiveHeap;
 use crate::context;
 use crate::discovery::Unsampled;
-use crate::record::{RecordState, SampleRecord, TAG_SLOTS};
+use crate::record::{RecordState, SampleKind, SampleRecord, TAG_SLOTS};
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::{CallTraceStorage, DROPPED_TRACE_ID};
 use crate::threads::thread_name;
+use crate::wall;
 use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::*;
 
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct Key {
+/// What samples are aggregated by: the stack (a storage trace id, or an
+/// [`OWN_STACK`] id), the thread, its trace context and, for wall samples,
+/// its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
     trace_id: u64,
     tid: i32,
     span_id: u64,
     local_root_span_id: u64,
     tags: [u32; TAG_SLOTS],
+    state: u16,
 }
+
+/// Flag of stack ids the aggregator interned itself (stacks taken off the
+/// signal path, and the stacks of live allocations, which must outlive the
+/// storage epoch they were sampled in). Storage ids never have it.
+const OWN_STACK: u64 = 1 << 63;
 
 #[derive(Clone, Copy, Default)]
 struct Agg {
     count: u64,
     cpu_ns: u64,
+    wall_ns: u64,
+    alloc_count: u64,
+    alloc_bytes: u64,
     /// Flushes this entry survived unresolved.
     age: u32,
+}
+
+/// Which profiles are collected besides CPU time: decides the sample types.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Kinds {
+    /// `wall/nanoseconds`.
+    pub wall: bool,
+    /// `alloc-samples/count`, `alloc-space/bytes`, `inuse-space/bytes`.
+    pub alloc: bool,
+}
+
+/// Stacks the aggregator holds itself, by [`OWN_STACK`] id.
+#[derive(Default)]
+struct OwnStacks {
+    ids: HashMap<(Vec<u64>, bool), u64>,
+    frames: HashMap<u64, (Vec<u64>, bool)>,
+    next: u64,
+}
+
+impl OwnStacks {
+    fn intern(&mut self, frames: &[u64], truncated: bool) -> u64 {
+        if let Some(&id) = self.ids.get(&(frames.to_vec(), truncated)) {
+            return id;
+        }
+        self.next += 1;
+        let id = OWN_STACK | self.next;
+        self.ids.insert((frames.to_vec(), truncated), id);
+        self.frames.insert(id, (frames.to_vec(), truncated));
+        id
+    }
+
+    /// Forgets every stack but those in `keep`.
+    fn retain(&mut self, keep: &std::collections::HashSet<u64>) {
+        self.frames.retain(|id, _| keep.contains(id));
+        self.ids.retain(|_, id| keep.contains(id));
+    }
 }
 
 /// Synthetic frame names.
@@ -53,7 +103,10 @@ pub const FRAME_BLOCKED: &str = "[signals blocked]";
 pub const FRAME_TRUNCATED: &str = "[truncated]";
 
 pub struct Aggregator {
+    kinds: Kinds,
     pending: HashMap<Key, Agg>,
+    own: OwnStacks,
+    heap: LiveHeap<Key>,
     lost_ring: HashMap<i32, u64>,
     names: HashMap<i32, String>,
     start_realtime_ns: u64,
@@ -66,8 +119,18 @@ pub struct Aggregator {
 
 impl Default for Aggregator {
     fn default() -> Self {
+        Aggregator::new(Kinds::default())
+    }
+}
+
+impl Aggregator {
+    /// An aggregator of CPU samples and of the other `kinds`.
+    pub fn new(kinds: Kinds) -> Self {
         Aggregator {
+            kinds,
             pending: HashMap::new(),
+            own: OwnStacks::default(),
+            heap: LiveHeap::default(),
             lost_ring: HashMap::new(),
             names: HashMap::new(),
             start_realtime_ns: sys::realtime_ns(),
@@ -76,9 +139,7 @@ impl Default for Aggregator {
             unsampled: HashMap::new(),
         }
     }
-}
 
-impl Aggregator {
     /// Drains every ring; recycles retired records once drained.
     pub fn drain(&mut self, reg: &Registry) {
         reg.for_each_active(|idx, rec| {
@@ -127,6 +188,10 @@ impl Aggregator {
     }
 
     fn add(&mut self, s: &SampleRecord) {
+        if s.kind() == SampleKind::Free {
+            self.heap.on_free(s.addr, s.timestamp_ns);
+            return;
+        }
         if !self.names.contains_key(&s.tid) {
             self.note_threads(&[s.tid]);
         }
@@ -136,10 +201,84 @@ impl Aggregator {
             span_id: s.span_id,
             local_root_span_id: s.local_root_span_id,
             tags: s.tags,
+            state: s.state,
         };
+        self.add_keyed(key, s.kind(), s.value, s.count);
+        if s.kind() == SampleKind::Alloc && s.addr != 0 {
+            self.heap.on_alloc(s.addr, key, s.value, s.timestamp_ns);
+        }
+    }
+
+    fn add_keyed(&mut self, key: Key, kind: SampleKind, value: u64, count: u32) {
         let a = self.pending.entry(key).or_default();
-        a.count += s.count as u64;
-        a.cpu_ns += s.cpu_ns;
+        match kind {
+            SampleKind::Cpu => {
+                a.count += count as u64;
+                a.cpu_ns += value;
+            }
+            SampleKind::Wall => a.wall_ns += value,
+            SampleKind::Alloc => {
+                a.alloc_count += count as u64;
+                a.alloc_bytes += value;
+            }
+            SampleKind::Free => {}
+        }
+    }
+
+    /// Adds a sample taken off the signal path (e.g. the wall-time stack of
+    /// a blocked thread, unwound by the collector): `frames` leaf first, as
+    /// the handler would have stored them.
+    #[allow(clippy::too_many_arguments)]
+    #[allow(dead_code)] // until the wall sampler lands
+    pub fn add_stack(
+        &mut self,
+        tid: i32,
+        frames: &[u64],
+        truncated: bool,
+        kind: SampleKind,
+        value: u64,
+        count: u32,
+        state: u16,
+        span_id: u64,
+        local_root_span_id: u64,
+        tags: [u32; TAG_SLOTS],
+    ) {
+        if !self.names.contains_key(&tid) {
+            self.note_threads(&[tid]);
+        }
+        let trace_id = self.own.intern(frames, truncated);
+        let key = Key { trace_id, tid, span_id, local_root_span_id, tags, state };
+        self.add_keyed(key, kind, value, count);
+    }
+
+    /// The sample values of `agg`, one per [`Aggregator::sample_types`] entry.
+    fn values(&self, agg: &Agg, inuse: u64) -> Vec<i64> {
+        let mut v = vec![agg.count as i64, agg.cpu_ns as i64];
+        if self.kinds.wall {
+            v.push(agg.wall_ns as i64);
+        }
+        if self.kinds.alloc {
+            v.extend([agg.alloc_count as i64, agg.alloc_bytes as i64, inuse as i64]);
+        }
+        v
+    }
+
+    /// (type, unit) of each sample value: CPU always, then wall time and the
+    /// allocation profiles when collected.
+    pub fn sample_types(&self) -> Vec<(String, String)> {
+        let mut t = vec![("samples", "count"), ("cpu", "nanoseconds")];
+        if self.kinds.wall {
+            t.push(("wall", "nanoseconds"));
+        }
+        if self.kinds.alloc {
+            t.extend([("alloc-samples", "count"), ("alloc-space", "bytes"), ("inuse-space", "bytes")]);
+        }
+        t.into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    /// Values of a synthetic sample that stands for `count` CPU samples of `cpu_ns`.
+    fn cpu_values(&self, count: u64, cpu_ns: u64) -> Vec<i64> {
+        self.values(&Agg { count, cpu_ns, ..Agg::default() }, 0)
     }
 
     /// Rotates storage, drains, and returns the profile of the period that ends now.
@@ -172,6 +311,8 @@ impl Aggregator {
         for (key, mut agg) in pending {
             let frames = if key.trace_id == DROPPED_TRACE_ID {
                 vec![Frame::Synthetic(FRAME_STORAGE_FULL.into())]
+            } else if let Some((addrs, truncated)) = self.own.frames.get(&key.trace_id) {
+                native_frames(addrs, *truncated)
             } else if let Some((addrs, truncated)) = traces.get(&key.trace_id) {
                 native_frames(addrs, *truncated)
             } else if agg.age == 0 {
@@ -181,16 +322,32 @@ impl Aggregator {
             } else {
                 vec![Frame::Synthetic(FRAME_UNRESOLVED.into())]
             };
-            samples.push(Sample {
-                frames,
-                values: vec![agg.count as i64, agg.cpu_ns as i64],
-                labels: self.labels(&key),
-            });
+            samples.push(Sample { frames, values: self.values(&agg, 0), labels: self.labels(&key) });
         }
-        for (tid, lost) in self.lost_ring.drain() {
+        if self.kinds.alloc {
+            // Live allocations keep their stack beyond this storage epoch.
+            let own = &mut self.own;
+            self.heap.rekey(|key| {
+                let (addrs, truncated) = traces.get(&key.trace_id)?;
+                Some(Key { trace_id: own.intern(addrs, *truncated), ..*key })
+            });
+            let inuse = self.heap.inuse();
+            for (key, bytes) in inuse {
+                let Some((addrs, truncated)) = self.own.frames.get(&key.trace_id) else { continue };
+                samples.push(Sample {
+                    frames: native_frames(addrs, *truncated),
+                    values: self.values(&Agg::default(), bytes),
+                    labels: self.labels(&key),
+                });
+            }
+        }
+        let keep: std::collections::HashSet<u64> =
+            self.heap.keys().map(|k| k.trace_id).chain(self.pending.keys().map(|k| k.trace_id)).collect();
+        self.own.retain(&keep);
+        for (tid, lost) in std::mem::take(&mut self.lost_ring) {
             samples.push(Sample {
                 frames: vec![Frame::Synthetic(FRAME_RING_FULL.into())],
-                values: vec![lost as i64, (lost * period_ns) as i64],
+                values: self.cpu_values(lost, lost * period_ns),
                 labels: thread_labels(tid, self.names.get(&tid)),
             });
         }
@@ -205,7 +362,7 @@ impl Aggregator {
                     let name = self.names.get(&tid).cloned().unwrap_or_else(|| thread_name(tid));
                     samples.push(Sample {
                         frames: vec![Frame::Synthetic(format!("{FRAME_BLOCKED} tid {tid} '{name}'"))],
-                        values: vec![(ns / period_ns.max(1)) as i64, ns as i64],
+                        values: self.cpu_values(ns / period_ns.max(1), ns),
                         labels: thread_labels(tid, Some(&name)),
                     });
                 }
@@ -215,14 +372,14 @@ impl Aggregator {
         if unregistered_ns > 0 {
             samples.push(Sample {
                 frames: vec![Frame::Synthetic(FRAME_UNREGISTERED.into())],
-                values: vec![(unregistered_ns / period_ns.max(1)) as i64, unregistered_ns as i64],
+                values: self.cpu_values(unregistered_ns / period_ns.max(1), unregistered_ns),
                 labels: vec![],
             });
         }
         let now_mono = sys::monotonic_ns();
         let data = ProfileData {
             pid: sys::getpid(),
-            sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
+            sample_types: self.sample_types(),
             period: ("cpu".into(), "nanoseconds".into(), period_ns as i64),
             start_realtime_ns: self.start_realtime_ns as i64,
             duration_ns: now_mono.saturating_sub(self.start_mono_ns) as i64,
@@ -233,13 +390,16 @@ impl Aggregator {
         self.start_realtime_ns = sys::realtime_ns();
         self.start_mono_ns = now_mono;
         // Forget names of threads that are gone and left nothing pending.
-        let live: std::collections::HashSet<i32> = self.pending.keys().map(|k| k.tid).collect();
+        let live: std::collections::HashSet<i32> = self.pending.keys().chain(self.heap.keys()).map(|k| k.tid).collect();
         self.names.retain(|tid, _| live.contains(tid) || reg.lookup(*tid).is_some());
         data
     }
 
     fn labels(&self, key: &Key) -> Vec<Label> {
         let mut labels = thread_labels(key.tid, self.names.get(&key.tid));
+        if let Some(state) = wall::state::label(key.state) {
+            labels.push(Label { key: "state".into(), value: LabelValue::Str(state) });
+        }
         if key.span_id != 0 || key.local_root_span_id != 0 {
             labels.push(Label { key: "span id".into(), value: LabelValue::Num(key.span_id as i64) });
             labels.push(Label {

@@ -5,9 +5,10 @@
 //! runs on the signal path and is never sampled itself.
 
 mod aggregate;
+mod heap;
 
 pub use aggregate::{
-    Aggregator, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED,
+    Aggregator, Kinds, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED,
 };
 
 use crate::config::Config;
@@ -68,7 +69,7 @@ fn run(agent: &'static Agent) {
     let storage = agent.storage;
     let cfg = &agent.cfg;
     let mut discovery = Discovery::default();
-    let mut aggregator = Aggregator::default();
+    let mut aggregator = Aggregator::new(Kinds { wall: cfg.wall, alloc: cfg.alloc });
     // In a forked child there is no tracker: the parent's published tables
     // stay valid here (same mappings), and a new tracker is built only once
     // the child has lived a while, so short-lived children (a shell's

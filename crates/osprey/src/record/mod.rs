@@ -10,7 +10,7 @@ mod context;
 mod ring;
 
 pub use context::{checksum, tags_term, torn_reads, ContextRecord, ContextSnapshot, KNUTH, TAG_SLOTS, TORN_READS};
-pub use ring::{SampleRecord, SampleRing, RING_CAPACITY};
+pub use ring::{SampleKind, SampleRecord, SampleRing, RING_CAPACITY};
 
 use core::cell::UnsafeCell;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};

@@ -24,6 +24,33 @@ use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU64, Ordering::*};
 
+/// What a [`SampleRecord`] stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum SampleKind {
+    /// A CPU-clock sample: `value` is CPU ns, `count` samples.
+    Cpu = 0,
+    /// A wall-clock sample: `value` is wall ns, `state` the thread's state.
+    Wall = 1,
+    /// A sampled allocation of the block at `addr`: `value` is its weighted
+    /// bytes, `count` its weighted allocation count.
+    Alloc = 2,
+    /// The sampled block at `addr` was freed (no stack: `trace_id` is 0).
+    Free = 3,
+}
+
+impl SampleKind {
+    /// The kind encoded in [`SampleRecord::kind`] (unknown values: `Cpu`).
+    pub fn from_u16(v: u16) -> SampleKind {
+        match v {
+            1 => SampleKind::Wall,
+            2 => SampleKind::Alloc,
+            3 => SampleKind::Free,
+            _ => SampleKind::Cpu,
+        }
+    }
+}
+
 /// One sample, fixed size.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,14 +63,27 @@ pub struct SampleRecord {
     pub span_id: u64,
     /// Local root span id (0 = none).
     pub local_root_span_id: u64,
-    /// CPU nanoseconds this sample stands for.
-    pub cpu_ns: u64,
-    /// Samples this record stands for.
+    /// What the sample stands for, in the unit of its kind (see [`SampleKind`]).
+    pub value: u64,
+    /// Address of the block of an `Alloc`/`Free` sample (0 otherwise).
+    pub addr: u64,
+    /// Samples this record stands for (weighted allocations for `Alloc`).
     pub count: u32,
     /// Thread that took the sample.
     pub tid: i32,
     /// Interned tag value ids by tag slot (0 = unset).
     pub tags: [u32; TAG_SLOTS],
+    /// [`SampleKind`] as u16.
+    pub kind: u16,
+    /// Thread state of a `Wall` sample (`crate::wall::state` encoding; 0: none).
+    pub state: u16,
+}
+
+impl SampleRecord {
+    /// The record's [`SampleKind`].
+    pub fn kind(&self) -> SampleKind {
+        SampleKind::from_u16(self.kind)
+    }
 }
 
 /// Entries per ring.

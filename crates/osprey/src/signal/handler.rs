@@ -14,7 +14,7 @@ use super::arch::{timer_overrun, Regs};
 use super::state::{MAX_FRAMES, STATE};
 use super::sys::{self, ErrnoGuard};
 use super::{cfi, unwind};
-use crate::record::{Origin, Record, SampleRecord};
+use crate::record::{Origin, Record, SampleKind, SampleRecord};
 use crate::registry::Registry;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
@@ -78,10 +78,13 @@ pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t
             timestamp_ns: sys::monotonic_ns(),
             span_id: ctx.span_id,
             local_root_span_id: ctx.local_root_span_id,
-            cpu_ns,
+            value: cpu_ns,
+            addr: 0,
             count: 1,
             tid,
             tags: ctx.tags,
+            kind: SampleKind::Cpu as u16,
+            state: 0,
         };
         if !rec.ring.push(&sample) {
             rec.ring_overflow.fetch_add(1, Relaxed);

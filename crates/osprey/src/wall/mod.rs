@@ -5,6 +5,7 @@
 //!
 //! | file | what |
 //! |---|---|
+//! | `state.rs` | the state a wall sample carries, its label |
 //! | `sampler.rs` | the tick: which threads, what weight, where samples go |
 //! | `proc.rs` | a thread's state, `sp` and `pc` from `/proc/self/task/TID/syscall` |
 //! | `blocked.rs` | one blocked thread's sample: stack copy, walk, consistency check |
