@@ -85,6 +85,9 @@ fn run(agent: &'static Agent) {
     let now = Instant::now();
     let drain_interval = drain_interval(cfg);
     let (mut next_scan, mut next_drain, mut next_flush) = (now, now + drain_interval, now + cfg.period);
+    // Wall time: blocked threads sampled here, running ones through their CPU clocks.
+    let mut wall = cfg.wall.then(|| crate::wall::sampler::Sampler::new(cfg.wall_hz, cfg.wall_threads));
+    let mut next_wall = now;
     loop {
         match &mut tables {
             Some(t) => unwind_tables::refresh(t),
@@ -97,6 +100,15 @@ fn run(agent: &'static Agent) {
             aggregator.note_threads(&appeared);
             reg.grow_if_low();
             next_scan = now + discovery.next_interval(cfg.scan_interval);
+        }
+        if let Some(w) = wall.as_mut().filter(|_| now >= next_wall) {
+            w.tick(reg, &mut aggregator);
+            // Ticks missed while the collector was busy are not made up:
+            // the next tick's weight covers the time since this one.
+            next_wall += w.interval();
+            if next_wall <= now {
+                next_wall = now + w.interval();
+            }
         }
         if now >= next_drain {
             aggregator.drain(reg);
@@ -119,7 +131,10 @@ fn run(agent: &'static Agent) {
             cv.notify_all();
             next_flush = Instant::now() + cfg.period;
         }
-        let wake = next_scan.min(next_drain).min(next_flush);
+        let mut wake = next_scan.min(next_drain).min(next_flush);
+        if wall.is_some() {
+            wake = wake.min(next_wall);
+        }
         let g = lock.lock().unwrap_or_else(|e| e.into_inner());
         if !g.stop && !g.flush_requested {
             let _ = cv.wait_timeout(g, wake.saturating_duration_since(Instant::now()));

@@ -8,6 +8,7 @@
 //!
 //! Signal-safe: two atomics and a ring push.
 
+use super::state::STATE;
 use crate::record::{Record, SampleKind, SampleRecord};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -29,7 +30,9 @@ pub(super) fn record_pending(rec: &Record, cpu: &SampleRecord) {
         return;
     }
     let wall = SampleRecord { value: ns, kind: SampleKind::Wall as u16, state: WALL_RUNNING, ..*cpu };
-    if !rec.ring.push(&wall) {
+    if rec.ring.push(&wall) {
+        STATE.wall_records.fetch_add(1, Relaxed);
+    } else {
         rec.wall_pending_ns.fetch_add(ns, Relaxed);
     }
 }
