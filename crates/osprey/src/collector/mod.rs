@@ -14,7 +14,7 @@ pub use aggregate::{
 use crate::config::Config;
 use crate::discovery::Discovery;
 use crate::dispositions::Installed;
-use crate::record::RING_CAPACITY;
+use crate::record::{SampleKind, RING_CAPACITY};
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::CallTraceStorage;
@@ -102,7 +102,22 @@ fn run(agent: &'static Agent) {
             next_scan = now + discovery.next_interval(cfg.scan_interval);
         }
         if let Some(w) = wall.as_mut().filter(|_| now >= next_wall) {
-            w.tick(reg, &mut aggregator);
+            w.tick(reg, &mut |t| {
+                let ctx = t.context;
+                let (span, root) = (ctx.span_id, ctx.local_root_span_id);
+                aggregator.add_stack(
+                    t.tid,
+                    t.frames,
+                    t.truncated,
+                    SampleKind::Wall,
+                    t.ns,
+                    1,
+                    t.state,
+                    span,
+                    root,
+                    ctx.tags,
+                )
+            });
             // Ticks missed while the collector was busy are not made up:
             // the next tick's weight covers the time since this one.
             next_wall += w.interval();

@@ -24,8 +24,7 @@
 use super::blocked::{self, Blocked, Buffers};
 use super::proc::ReadError;
 use super::state;
-use crate::collector::Aggregator;
-use crate::record::{Record, RecordState, SampleKind};
+use crate::record::{ContextSnapshot, Record, RecordState};
 use crate::registry::Registry;
 use crate::signal::{sys, STATE};
 use crate::threads::{is_internal, list_threads};
@@ -78,6 +77,25 @@ pub static COUNTERS: Counters = Counters {
     unclocked: AtomicU64::new(0),
 };
 
+/// A wall sample taken off the signal path, for the aggregator: `frames`
+/// leaf first, `ns` of wall time in `state`, with the thread's trace
+/// context at the time.
+#[derive(Debug)]
+pub struct Taken<'a> {
+    /// The thread.
+    pub tid: i32,
+    /// Its stack, leaf first (empty when it could not be walked).
+    pub frames: &'a [u64],
+    /// The walk did not reach an outermost frame.
+    pub truncated: bool,
+    /// Wall nanoseconds the sample stands for.
+    pub ns: u64,
+    /// Its state (`state` encoding).
+    pub state: u16,
+    /// Its trace context.
+    pub context: ContextSnapshot,
+}
+
 /// The collector's wall sampler.
 pub struct Sampler {
     per_tick: usize,
@@ -111,9 +129,9 @@ impl Sampler {
         std::time::Duration::from_nanos(self.interval_ns)
     }
 
-    /// One tick: samples the next threads in turn into `agg` (blocked) or
-    /// their records (running).
-    pub fn tick(&mut self, reg: &Registry, agg: &mut Aggregator) {
+    /// One tick: samples the next threads in turn, giving blocked ones to
+    /// `add` and leaving running ones to their CPU clocks.
+    pub fn tick(&mut self, reg: &Registry, add: &mut dyn FnMut(Taken<'_>)) {
         if self.stopped {
             return;
         }
@@ -139,7 +157,7 @@ impl Sampler {
         let weight = elapsed.saturating_mul(live as u64) / n as u64;
         for i in 0..n {
             let Some(&tid) = self.tids.get((self.cursor + i) % live) else { continue };
-            if let Err(why) = self.sample(reg, agg, tid, weight) {
+            if let Err(why) = self.sample(reg, add, tid, weight) {
                 return self.stop(&why);
             }
         }
@@ -147,7 +165,7 @@ impl Sampler {
     }
 
     /// Samples one thread; `Err` says why wall sampling cannot go on.
-    fn sample(&mut self, reg: &Registry, agg: &mut Aggregator, tid: i32, weight: u64) -> Result<(), String> {
+    fn sample(&mut self, reg: &Registry, add: &mut dyn FnMut(Taken<'_>), tid: i32, weight: u64) -> Result<(), String> {
         let rec = reg.lookup(tid).map(|(_, r)| r).filter(|r| r.state() == RecordState::Claimed);
         let (lo, hi) = rec.map_or((0, 0), |r| (r.stack_lo.load(Relaxed) as u64, r.stack_hi.load(Acquire) as u64));
         // A thread that moved between the two reads is tried once more: it
@@ -157,20 +175,9 @@ impl Sampler {
             COUNTERS.inconsistent.fetch_add(1, Relaxed);
             outcome = blocked::sample(tid, lo, hi, &mut self.buf);
         }
-        let ctx = rec.and_then(|r| r.context.read()).unwrap_or_default();
-        let mut add = |frames: &[u64], truncated: bool, state: u16, value: u64| {
-            agg.add_stack(
-                tid,
-                frames,
-                truncated,
-                SampleKind::Wall,
-                value,
-                1,
-                state,
-                ctx.span_id,
-                ctx.local_root_span_id,
-                ctx.tags,
-            )
+        let context = rec.and_then(|r| r.context.read()).unwrap_or_default();
+        let mut add = |frames: &[u64], truncated: bool, state: u16, ns: u64| {
+            add(Taken { tid, frames, truncated, ns, state, context })
         };
         match outcome {
             Ok(Blocked::Sample { walk, nr }) => {
