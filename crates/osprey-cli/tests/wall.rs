@@ -106,10 +106,11 @@ fn run(mode: Mode, dir: &Path, program: &Path, args: &[&str]) -> Run {
     }
 }
 
-/// One wall sample, flattened: thread name, state label, function names
-/// leaf first, wall nanoseconds.
+/// One wall sample, flattened: thread id and name, state label, function
+/// names leaf first, wall nanoseconds.
 #[derive(Debug)]
 struct WallSample {
+    tid: i64,
     thread: String,
     state: String,
     funcs: Vec<String>,
@@ -130,19 +131,31 @@ fn wall_samples(profiles: &[Profile]) -> Vec<WallSample> {
             })
             .collect();
         for s in p.sample.iter().filter(|s| s.value[wall] > 0) {
-            let label = |key: &str| {
-                s.label.iter().find(|l| p.string(l.key) == key).map(|l| p.string(l.str).to_string()).unwrap_or_default()
-            };
+            let label = |key: &str| s.label.iter().find(|l| p.string(l.key) == key);
+            let text = |key: &str| label(key).map(|l| p.string(l.str).to_string()).unwrap_or_default();
             let funcs = s.location_id.iter().flat_map(|id| names.get(id).cloned().unwrap_or_default()).collect();
-            out.push(WallSample { thread: label("thread name"), state: label("state"), funcs, ns: s.value[wall] });
+            let tid = label("thread id").map_or(0, |l| l.num);
+            out.push(WallSample { tid, thread: text("thread name"), state: text("state"), funcs, ns: s.value[wall] });
         }
     }
     out
 }
 
-/// Wall ns of `thread`, in all, and in samples whose stack holds `func`.
-fn wall_of(samples: &[WallSample], thread: &str, func: &str) -> (i64, i64) {
-    let mine = samples.iter().filter(|s| s.thread == thread);
+/// The thread started on function `start` (found by its stacks: a thread
+/// that renames itself and exits may keep its first name in the profile).
+fn thread_of(samples: &[WallSample], start: &str) -> i64 {
+    let mut ns: HashMap<i64, i64> = HashMap::new();
+    for s in samples.iter().filter(|s| s.funcs.windows(2).any(|w| w[0] == start && w[1] == "start_thread")) {
+        *ns.entry(s.tid).or_default() += s.ns;
+    }
+    ns.into_iter().max_by_key(|&(_, v)| v).map(|(t, _)| t).unwrap_or_else(|| panic!("no thread runs {start}"))
+}
+
+/// Wall ns of the thread running `start`, in all, and in samples whose
+/// stack holds `func`.
+fn wall_of(samples: &[WallSample], start: &str, func: &str) -> (i64, i64) {
+    let tid = thread_of(samples, start);
+    let mine = samples.iter().filter(|s| s.tid == tid);
     let total = mine.clone().map(|s| s.ns).sum();
     let under = mine.filter(|s| s.funcs.iter().any(|f| f == func)).map(|s| s.ns).sum();
     (total, under)
@@ -161,12 +174,21 @@ fn states_run() -> &'static (Run, Vec<WallSample>) {
         assert_eq!(r.code, Some(0), "{}", r.stderr);
         assert!(r.stdout.starts_with("ok"), "{}", r.stdout);
         let samples = wall_samples(&r.profiles);
+        if std::env::var_os("WALL_DUMP").is_some() {
+            for s in &samples {
+                eprintln!("{} {} {} {:?}", s.thread, s.state, s.ns, s.funcs);
+            }
+        }
         (r, samples)
     })
 }
 
 /// A thread that computes 5 ms then sleeps 5 ms splits its wall time as it
-/// measured it itself (about 50/50), within 10 points.
+/// measured it itself (about 50/50 on an idle machine), within 10 points.
+/// Time spent runnable but waiting for a CPU after a sleep ends counts as
+/// running (the thread's state then) and is charged where the thread next
+/// runs: under CPU contention the expected compute share is a range, from
+/// the thread's measure to that plus its sleeps' overrun.
 #[test]
 fn half_sleeping_thread_splits_evenly() {
     let (r, samples) = states_run();
@@ -176,19 +198,23 @@ fn half_sleeping_thread_splits_evenly() {
         let v = r.stdout.split_whitespace().find_map(|w| w.strip_prefix(key)).expect(key);
         v.parse().unwrap()
     };
-    let (mc, ms) = (measured("compute_wall="), measured("sleep_wall="));
-    let expected = mc / (mc + ms);
+    let (mc, ms, n) = (measured("compute_wall="), measured("sleep_wall="), measured("iterations="));
+    let overrun = (ms - n * 0.005).max(0.0);
+    let (lo, hi) = (mc / (mc + ms), (mc + overrun) / (mc + ms));
     let share = compute as f64 / (compute + sleep).max(1) as f64;
     eprintln!(
-        "half thread: wall {:.2} s, compute {:.1}% / sleep {:.1}% (the thread measured {:.1}% / {:.1}%)",
+        "half thread: wall {:.2} s, compute {:.1}% / sleep {:.1}%; the thread measured {:.1}% / {:.1}% ({:.0} ms of its sleep past the deadline)",
         total as f64 / 1e9,
         share * 100.0,
         100.0 - share * 100.0,
-        expected * 100.0,
-        100.0 - expected * 100.0
+        lo * 100.0,
+        100.0 - lo * 100.0,
+        overrun * 1e3
     );
     assert!((compute + sleep) as f64 >= 0.9 * total as f64, "stacks reach neither function: {total} ns, {samples:?}");
-    assert!((share - expected).abs() <= 0.10, "compute share {share:.3}, measured {expected:.3}");
+    let (_, whole) = wall_of(samples, "half", "half");
+    assert!(whole as f64 >= 0.9 * total as f64, "{whole} of {total} ns reach the thread function");
+    assert!(share >= lo - 0.10 && share <= hi + 0.10, "compute share {share:.3}, expected {lo:.3}-{hi:.3}");
 }
 
 /// A thread blocked in `read` on a pipe nobody writes: at least 90% of its
@@ -198,6 +224,13 @@ fn half_sleeping_thread_splits_evenly() {
 fn blocked_thread_is_charged_to_its_caller() {
     let (_, samples) = states_run();
     let (total, under) = wall_of(samples, "blocker", "ws_block_in_read");
+    // The walk continues past the frame-pointer frame of ws_block_in_read
+    // (its rbp recovered from the copied stack) to the thread's function.
+    let (_, whole) = wall_of(samples, "blocker", "blocker");
+    if let Some(s) = samples.iter().find(|s| s.tid == thread_of(samples, "blocker")) {
+        eprintln!("a blocked stack: {:?} ({})", s.funcs, s.state);
+    }
+    assert!(whole as f64 >= 0.9 * total as f64, "{whole} of {total} ns reach the thread function");
     let share = under as f64 / total.max(1) as f64;
     let lifetime = total as f64 / (STATES_SECONDS * 1e9);
     eprintln!(
@@ -215,8 +248,9 @@ fn blocked_thread_is_charged_to_its_caller() {
 #[test]
 fn wall_samples_carry_states() {
     let (_, samples) = states_run();
-    let state_ns = |thread: &str, state: &str| -> i64 {
-        samples.iter().filter(|s| s.thread == thread && s.state == state).map(|s| s.ns).sum()
+    let state_ns = |start: &str, state: &str| -> i64 {
+        let tid = thread_of(samples, start);
+        samples.iter().filter(|s| s.tid == tid && s.state == state).map(|s| s.ns).sum()
     };
     let (blocker, _) = wall_of(samples, "blocker", "");
     assert!(state_ns("blocker", "read") as f64 >= 0.9 * blocker as f64, "blocker states: {samples:?}");

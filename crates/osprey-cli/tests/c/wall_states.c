@@ -1,8 +1,8 @@
 /* Wall-time fixture: a thread that computes half the time and sleeps the
  * other half ("half"), and a thread blocked in read() on a pipe nobody
  * writes for BLOCK_SECONDS ("blocker").
- * Usage: wall_states SECONDS. Prints "ok" and the seconds the half thread
- * measured in each of its functions. */
+ * Usage: wall_states SECONDS. Prints "ok", the seconds the half thread
+ * measured in each of its functions and how many times it slept. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +34,7 @@ __attribute__((noinline)) void ws_sleep(void) {
 
 /* The half thread's own measure of its wall time in each function. */
 static double compute_wall, sleep_wall;
+static int iterations;
 static void *half(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "half");
@@ -45,6 +46,7 @@ static void *half(void *arg) {
         ws_sleep();
         t = now(CLOCK_MONOTONIC);
         sleep_wall += t - u;
+        iterations++;
     }
     return 0;
 }
@@ -73,6 +75,6 @@ int main(int argc, char **argv) {
     if (write(pipefd[1], "x", 1) != 1) return 1;
     pthread_join(b, 0);
     pthread_join(h, 0);
-    printf("ok compute_wall=%.3f sleep_wall=%.3f\n", compute_wall, sleep_wall);
+    printf("ok compute_wall=%.3f sleep_wall=%.3f iterations=%d\n", compute_wall, sleep_wall, iterations);
     return 0;
 }

@@ -1,8 +1,8 @@
 //! One wall sample of a blocked thread, taken from the collector thread
 //! without signalling it: its `sp`/`pc` from `/proc` ([`super::proc`]), a
 //! copy of its stack from `sp` up, the CFI walk of that copy
-//! ([`super::walk`]), then `/proc` again: a thread that moved meanwhile
-//! (woke up, even briefly) gives no sample.
+//! ([`super::walk`]), then `/proc` again: the walk of a thread that moved
+//! meanwhile (woke up, even briefly) is discarded.
 //!
 //! The copy is made with `process_vm_readv` on this very process, one
 //! iovec per page, so an unmapped page ends the copy cleanly (the kernel
@@ -31,8 +31,15 @@ pub enum Blocked {
     },
     /// The thread runs: it is sampled by its own CPU clock instead.
     Running,
-    /// Its registers changed between the two reads: no sample.
-    Inconsistent,
+    /// Its registers changed between the two reads: the walk is not to be
+    /// trusted; the state and `pc` of the first read are (they were read
+    /// together, at the tick).
+    Inconsistent {
+        /// System call the thread waited in, or -1.
+        nr: i64,
+        /// Its `pc` then.
+        pc: u64,
+    },
     /// Its stack could not be read at `sp`.
     Unreadable,
 }
@@ -68,7 +75,7 @@ pub fn sample(tid: i32, stack_lo: u64, stack_hi: u64, buf: &mut Buffers) -> Resu
     let stack = CopiedStack { base: sp, bytes: buf.stack.get(..copied).unwrap_or(&[]) };
     let walked = unwind(pc, sp, &stack, &mut buf.frames);
     if read_syscall(tid)? != first {
-        return Ok(Blocked::Inconsistent);
+        return Ok(Blocked::Inconsistent { nr, pc });
     }
     Ok(Blocked::Sample { walk: walked, nr })
 }
@@ -86,12 +93,24 @@ fn unwind(pc: u64, sp: u64, stack: &CopiedStack<'_>, frames: &mut [u64]) -> Walk
         None => Walked { len: 0, truncated: true, recovered: 0 },
     };
     match shared {
-        Some(s) => match s.read(|set| walk(set, pc, sp, stack, frames)) {
+        Some(s) => match s.read(|set| walk(set, pc, sp, stack, &mut code_before, frames)) {
             Some(w) => w,
             None => leaf_only(frames),
         },
         None => leaf_only(frames),
     }
+}
+
+/// The 8 bytes of this process's memory that end at `a` (code: a module
+/// may be unloaded meanwhile, so it is read with `process_vm_readv`).
+fn code_before(a: u64) -> Option<[u8; 8]> {
+    let mut b = [0u8; 8];
+    let local = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: 8 };
+    let remote = libc::iovec { iov_base: a.checked_sub(8)? as usize as *mut libc::c_void, iov_len: 8 };
+    // SAFETY: `local` describes `b`; the remote range is only read, by the
+    // kernel, which fails cleanly when it is not mapped.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == 8).then_some(b)
 }
 
 /// Copies `[from, to)` of this process's memory into `out`, page by page,

@@ -57,7 +57,8 @@ pub struct Counters {
     pub truncated: AtomicU64,
     /// Frame pointers recovered by scanning a copied stack.
     pub recovered: AtomicU64,
-    /// Samples discarded: the thread moved between the two reads of `/proc`.
+    /// Blocked samples whose walk was discarded (leaf only): the thread
+    /// moved between the two reads of `/proc`.
     pub inconsistent: AtomicU64,
     /// Blocked threads whose stack could not be read at `sp`.
     pub unreadable: AtomicU64,
@@ -168,13 +169,7 @@ impl Sampler {
     fn sample(&mut self, reg: &Registry, add: &mut dyn FnMut(Taken<'_>), tid: i32, weight: u64) -> Result<(), String> {
         let rec = reg.lookup(tid).map(|(_, r)| r).filter(|r| r.state() == RecordState::Claimed);
         let (lo, hi) = rec.map_or((0, 0), |r| (r.stack_lo.load(Relaxed) as u64, r.stack_hi.load(Acquire) as u64));
-        // A thread that moved between the two reads is tried once more: it
-        // is likely running now, and its weight must land somewhere.
-        let mut outcome = blocked::sample(tid, lo, hi, &mut self.buf);
-        if matches!(outcome, Ok(Blocked::Inconsistent)) {
-            COUNTERS.inconsistent.fetch_add(1, Relaxed);
-            outcome = blocked::sample(tid, lo, hi, &mut self.buf);
-        }
+        let outcome = blocked::sample(tid, lo, hi, &mut self.buf);
         let context = rec.and_then(|r| r.context.read()).unwrap_or_default();
         let mut add = |frames: &[u64], truncated: bool, state: u16, ns: u64| {
             add(Taken { tid, frames, truncated, ns, state, context })
@@ -197,8 +192,11 @@ impl Sampler {
                     add(&[], true, state::RUNNING, here);
                 }
             }
-            Ok(Blocked::Inconsistent) => {
+            Ok(Blocked::Inconsistent { nr, pc }) => {
+                // Blocked at the tick, in `nr` at `pc`: the time is the
+                // state's; only the stack past `pc` is unknown.
                 COUNTERS.inconsistent.fetch_add(1, Relaxed);
+                add(&[pc], true, state::in_syscall(nr), weight);
             }
             Ok(Blocked::Unreadable) => {
                 COUNTERS.unreadable.fetch_add(1, Relaxed);

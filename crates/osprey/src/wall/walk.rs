@@ -6,10 +6,10 @@
 //! pointer is unknown until a frame's CFI says where the caller's `rbp` was
 //! saved. When a frame's CFA is `rbp`-based while `rbp` is still unknown, it
 //! is recovered from the copy: the lowest CFA candidate above `sp` whose
-//! return-address slot holds an address with CFI (a caller that can itself
-//! be walked) and, when the rule saves `rbp`, whose saved-`rbp` slot is 0 or
-//! points higher up the stack. No candidate within [`RECOVER_SCAN`] bytes
-//! ends the walk as truncated.
+//! return-address slot holds an address that follows a call instruction in
+//! code with CFI (a caller that can itself be walked), not at a function's
+//! entry. (The saved-`rbp` slot is not checked: a caller without frame
+//! pointers leaves any value there.) No candidate within [`RECOVER_SCAN`] bytes ends the walk as truncated.
 
 use osprey_unwind::{CopiedStack, Kind, ModuleSet, Rule};
 
@@ -29,8 +29,17 @@ pub struct Walked {
 
 /// Walks from `pc`/`sp` over `stack` (the copy of `[sp, top)`), writing
 /// leaf-first addresses into `frames`. `frames[0]` is `pc`; the others are
-/// return addresses.
-pub fn walk(set: &ModuleSet, pc: u64, sp: u64, stack: &CopiedStack<'_>, frames: &mut [u64]) -> Walked {
+/// return addresses. `code(a)` gives the 8 bytes of code that end at `a`
+/// (`None` when unreadable), to check that a recovered return address
+/// follows a call.
+pub fn walk(
+    set: &ModuleSet,
+    pc: u64,
+    sp: u64,
+    stack: &CopiedStack<'_>,
+    code: &mut dyn FnMut(u64) -> Option<[u8; 8]>,
+    frames: &mut [u64],
+) -> Walked {
     let (mut pc, mut sp, mut fp) = (pc, sp, None::<u64>);
     let mut leaf = true;
     let mut module = usize::MAX;
@@ -48,7 +57,7 @@ pub fn walk(set: &ModuleSet, pc: u64, sp: u64, stack: &CopiedStack<'_>, frames: 
             Kind::Rbp => match fp {
                 Some(f) => f.checked_add(rule.cfa_offset()),
                 None => {
-                    let c = recover_cfa(set, sp, rule, stack);
+                    let c = recover_cfa(set, sp, stack, code);
                     recovered += u32::from(c.is_some());
                     c
                 }
@@ -73,15 +82,20 @@ pub fn walk(set: &ModuleSet, pc: u64, sp: u64, stack: &CopiedStack<'_>, frames: 
     }
 }
 
-/// The lowest plausible CFA above `sp` for an `rbp`-based `rule` (see the
-/// module docs), or `None`.
-fn recover_cfa(set: &ModuleSet, sp: u64, rule: Rule, stack: &CopiedStack<'_>) -> Option<u64> {
+/// The lowest plausible CFA above `sp` for a frame whose CFA is `rbp`-based
+/// while `rbp` is unknown (see the module docs), or `None`.
+fn recover_cfa(
+    set: &ModuleSet,
+    sp: u64,
+    stack: &CopiedStack<'_>,
+    code: &mut dyn FnMut(u64) -> Option<[u8; 8]>,
+) -> Option<u64> {
     let first = sp.checked_add(8)?.next_multiple_of(8);
     let last = sp.checked_add(RECOVER_SCAN)?;
     let mut cfa = first;
     while cfa <= last {
         let ra = stack.read(cfa - 8)?;
-        if returns_into_cfi(set, ra) && saved_rbp_plausible(rule, cfa, stack) {
+        if returns_into_cfi(set, ra) && code(ra).is_some_and(follows_call) {
             return Some(cfa);
         }
         cfa += 8;
@@ -89,18 +103,70 @@ fn recover_cfa(set: &ModuleSet, sp: u64, rule: Rule, stack: &CopiedStack<'_>) ->
     None
 }
 
-/// `ra` is a return address into code with CFI the walk can continue from.
+/// `ra` is a return address into code with CFI the walk can continue from,
+/// and not a function's entry: a call that returns is never its function's
+/// last instruction, and an ABI-conforming call site has moved `rsp` off
+/// its entry value, so the rule at a real return address is never the
+/// entry rule `CFA = rsp + 8` (a function pointer that follows a `noreturn`
+/// call, such as `main`'s address kept by `__libc_start_main`, is).
 fn returns_into_cfi(set: &ModuleSet, ra: u64) -> bool {
-    ra > 1 && set.rule_for(ra - 1).is_some_and(|r| r.kind() != Kind::Stop)
+    let entry = |r: Rule| r.kind() == Kind::Rsp && r.cfa_offset() == 8;
+    ra > 1
+        && set.rule_for(ra - 1).is_some_and(|r| r.kind() != Kind::Stop)
+        && set.rule_for(ra).is_some_and(|r| r.kind() != Kind::Stop && !entry(r))
 }
 
-/// When `rule` saves the caller's `rbp`, the saved value is 0 (outermost) or
-/// a higher stack address.
-fn saved_rbp_plausible(rule: Rule, cfa: u64, stack: &CopiedStack<'_>) -> bool {
-    let Some(below) = rule.rbp_below_cfa() else { return true };
-    match cfa.checked_sub(below).and_then(|a| stack.read(a)) {
-        Some(0) => true,
-        Some(v) => v >= cfa && stack.read(v).is_some(),
-        None => false,
+/// The 8 bytes before a return address end with a call: `E8 rel32`, or
+/// `FF /2` (an indirect call through a register or memory, a REX prefix
+/// before it or not) whose length ends exactly at the return address.
+pub fn follows_call(before: [u8; 8]) -> bool {
+    if before[3] == 0xE8 {
+        return true;
+    }
+    (0..7).any(|op| {
+        let (modrm, sib) = (before[op + 1], before.get(op + 2).copied().unwrap_or(0));
+        before[op] == 0xFF && (modrm >> 3) & 7 == 2 && op + call_len(modrm, sib) == 8
+    })
+}
+
+/// Length of an `FF /2` call (opcode, ModRM, SIB, displacement) from its
+/// ModRM and SIB bytes.
+fn call_len(modrm: u8, sib: u8) -> usize {
+    let (md, rm) = (modrm >> 6, modrm & 7);
+    if md == 3 {
+        return 2;
+    }
+    let has_sib = rm == 4;
+    let disp = match md {
+        0 if rm == 5 || (has_sib && sib & 7 == 5) => 4,
+        0 => 0,
+        1 => 1,
+        _ => 4,
+    };
+    2 + usize::from(has_sib) + disp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::follows_call;
+
+    fn ending(code: &[u8]) -> [u8; 8] {
+        let mut b = [0x90u8; 8];
+        b[8 - code.len()..].copy_from_slice(code);
+        b
+    }
+
+    #[test]
+    fn call_forms() {
+        assert!(follows_call(ending(&[0xE8, 1, 2, 3, 4]))); // call rel32
+        assert!(follows_call(ending(&[0xFF, 0xD0]))); // call *%rax
+        assert!(follows_call(ending(&[0x41, 0xFF, 0xD3]))); // call *%r11
+        assert!(follows_call(ending(&[0xFF, 0x15, 1, 2, 3, 4]))); // call *rel(%rip)
+        assert!(follows_call(ending(&[0xFF, 0x50, 0x08]))); // call *8(%rax)
+        assert!(follows_call(ending(&[0xFF, 0x14, 0x25, 1, 2, 3, 4]))); // call *abs32
+        assert!(follows_call(ending(&[0xFF, 0x54, 0x24, 0x08]))); // call *8(%rsp)
+        assert!(!follows_call(ending(&[0x48, 0x89, 0xE5]))); // mov %rsp,%rbp
+        assert!(!follows_call(ending(&[0xFF, 0xE0]))); // jmp *%rax
+        assert!(!follows_call([0x90; 8]));
     }
 }
