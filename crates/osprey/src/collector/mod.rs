@@ -118,12 +118,7 @@ fn run(agent: &'static Agent) {
                     ctx.tags,
                 )
             });
-            // Ticks missed while the collector was busy are not made up:
-            // the next tick's weight covers the time since this one.
-            next_wall += w.interval();
-            if next_wall <= now {
-                next_wall = now + w.interval();
-            }
+            next_wall = Instant::now() + w.until_due();
         }
         if now >= next_drain {
             aggregator.drain(reg);

@@ -8,7 +8,7 @@
 //! iovec per page, so an unmapped page ends the copy cleanly (the kernel
 //! stops at the first page it cannot read) instead of faulting.
 
-use super::proc::{read_syscall, ReadError, Syscall};
+use super::proc::{ReadError, Syscall, SyscallFile};
 use super::walk::{walk, Walked};
 use crate::signal::STATE;
 use osprey_unwind::{CopiedStack, ModuleSet, Shared};
@@ -61,7 +61,8 @@ impl Buffers {
 /// Samples thread `tid`, whose stack is `[stack_lo, stack_hi)` (0, 0 when
 /// unknown). Never signals it.
 pub fn sample(tid: i32, stack_lo: u64, stack_hi: u64, buf: &mut Buffers) -> Result<Blocked, ReadError> {
-    let first = read_syscall(tid)?;
+    let file = SyscallFile::open(tid)?;
+    let first = file.read()?;
     let Syscall::Blocked { nr, sp, pc } = first else { return Ok(Blocked::Running) };
     let top = if stack_hi != 0 && (stack_lo..stack_hi).contains(&sp) {
         stack_hi.min(sp.saturating_add(MAX_COPY as u64))
@@ -74,7 +75,7 @@ pub fn sample(tid: i32, stack_lo: u64, stack_hi: u64, buf: &mut Buffers) -> Resu
     }
     let stack = CopiedStack { base: sp, bytes: buf.stack.get(..copied).unwrap_or(&[]) };
     let walked = unwind(pc, sp, &stack, &mut buf.frames);
-    if read_syscall(tid)? != first {
+    if file.read()? != first {
         return Ok(Blocked::Inconsistent { nr, pc });
     }
     Ok(Blocked::Sample { walk: walked, nr })

@@ -6,9 +6,12 @@
 //! blocked outside a system call (a page fault, a stop). `sp` and `pc` are
 //! the thread's user registers at its kernel entry.
 //!
-//! The file is opened `O_CLOEXEC` on a descriptor of ours, read once and
-//! closed without checking the result: the program may close descriptors at
-//! any time, and a failed close of ours must not become its problem.
+//! The file is opened `O_CLOEXEC` on a descriptor of ours, held for one
+//! sample and closed without checking the result: the program may close
+//! descriptors at any time, and a failed close of ours must not become its
+//! problem. (A descriptor the program closed and reused meanwhile would be
+//! read with `pread`, never written, and closed by us: the program's own
+//! close-then-reuse race, as with any library's descriptor.)
 
 use std::io;
 
@@ -42,24 +45,48 @@ pub enum ReadError {
 
 /// Reads the state of thread `tid` of this process.
 pub fn read_syscall(tid: i32) -> Result<Syscall, ReadError> {
-    let mut path = [0u8; 48];
-    let p = format_path(&mut path, tid);
-    let mut buf = [0u8; 256];
-    // SAFETY: `p` is NUL-terminated.
-    let fd = unsafe { libc::open(p.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(classify(io::Error::last_os_error(), tid));
+    SyscallFile::open(tid)?.read()
+}
+
+/// `/proc/self/task/TID/syscall`, open: read again (from offset 0, which
+/// makes the kernel print it anew) without a second path lookup. Closed on
+/// drop.
+pub struct SyscallFile {
+    fd: i32,
+    tid: i32,
+}
+
+impl SyscallFile {
+    /// Opens the file of thread `tid`.
+    pub fn open(tid: i32) -> Result<SyscallFile, ReadError> {
+        let mut path = [0u8; 48];
+        let p = format_path(&mut path, tid);
+        // SAFETY: `p` is NUL-terminated.
+        let fd = unsafe { libc::open(p.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(classify(io::Error::last_os_error(), tid));
+        }
+        Ok(SyscallFile { fd, tid })
     }
-    // SAFETY: our own descriptor and a buffer of the stated length.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    let err = io::Error::last_os_error();
-    // SAFETY: closing the descriptor opened above; a failure (EBADF: the
-    // program closed it meanwhile) is ignored.
-    unsafe { libc::close(fd) };
-    if n <= 0 {
-        return Err(if n == 0 { ReadError::Gone } else { classify(err, tid) });
+
+    /// The thread's state now.
+    pub fn read(&self) -> Result<Syscall, ReadError> {
+        let mut buf = [0u8; 256];
+        // SAFETY: our own descriptor and a buffer of the stated length.
+        let n = unsafe { libc::pread(self.fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            return Err(classify(io::Error::last_os_error(), self.tid));
+        }
+        parse(buf.get(..n as usize).unwrap_or(&[])).ok_or(ReadError::Gone)
     }
-    parse(buf.get(..n as usize).unwrap_or(&[])).ok_or(ReadError::Gone)
+}
+
+impl Drop for SyscallFile {
+    fn drop(&mut self) {
+        // SAFETY: closing the descriptor `open` returned; a failure (EBADF:
+        // the program closed it meanwhile) is ignored.
+        unsafe { libc::close(self.fd) };
+    }
 }
 
 fn classify(e: io::Error, tid: i32) -> ReadError {

@@ -5,10 +5,19 @@
 //! - Selection: at most `wall_threads` threads a tick, taken in turn from
 //!   the process's thread list (refreshed every [`LIST_EVERY_NS`]), so each
 //!   tick costs at most that many samples whatever the thread count.
-//! - Weight: every thread sampled at a tick stands for `elapsed × live /
-//!   sampled` wall nanoseconds, `elapsed` the time since the previous tick
-//!   and `live` the threads listed: summed over ticks, each thread's wall
-//!   time is estimated without bias.
+//! - Schedule: ticks follow their own timeline, each spaced from the
+//!   previous *scheduled* one by the interval jittered ±50% (a fixed period
+//!   would phase-lock with programs that wake on timers of a similar
+//!   period: a tick landing each time just as a thread wakes would see it
+//!   running, never asleep).
+//! - Weight: every thread sampled at a tick stands for `spacing × live /
+//!   sampled` wall nanoseconds, `spacing` the tick's scheduled spacing and
+//!   `live` the threads listed. The spacing, not the time that actually
+//!   elapsed, so that the weight does not depend on what the threads do:
+//!   a collector held up by CPU contention wakes later when the observed
+//!   threads are running, and weighting by the elapsed time would then
+//!   favour the running state. Ticks late by more than [`MAX_BEHIND_NS`]
+//!   are dropped from the timeline (that time is not accounted).
 //! - A blocked thread is sampled here, from `/proc` and a copy of its stack
 //!   ([`super::blocked`]), never signalled.
 //! - A running thread is never signalled either: its weight is added to its
@@ -31,11 +40,10 @@ use crate::threads::{is_internal, list_threads};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 /// How often the thread list is re-read.
-pub const LIST_EVERY_NS: u64 = 100_000_000;
+pub const LIST_EVERY_NS: u64 = 200_000_000;
 
-/// Longest gap between two ticks a tick's weight covers (the collector
-/// was held up longer: the excess is not attributed).
-const MAX_ELAPSED_NS: u64 = 1_000_000_000;
+/// How far the timeline may fall behind before the ticks missed are dropped.
+pub const MAX_BEHIND_NS: u64 = 1_000_000_000;
 
 /// Pending running time past which a thread's CPU clock is taken to be
 /// silent (it blocks the signal, or lost its clock): the time is
@@ -104,9 +112,13 @@ pub struct Sampler {
     tids: Vec<i32>,
     cursor: usize,
     listed_ns: Option<u64>,
-    last_tick_ns: Option<u64>,
+    /// When the next tick is due, and its spacing from the previous one.
+    due_ns: u64,
+    spacing_ns: u64,
     buf: Buffers,
     stopped: bool,
+    /// xorshift state of the tick jitter.
+    jitter: u64,
 }
 
 impl Sampler {
@@ -119,15 +131,26 @@ impl Sampler {
             tids: Vec::new(),
             cursor: 0,
             listed_ns: None,
-            last_tick_ns: None,
+            due_ns: sys::monotonic_ns(),
+            spacing_ns: 1_000_000_000 / u64::from(hz.max(1)),
             buf: Buffers::new(depth),
             stopped: false,
+            jitter: sys::monotonic_ns() | 1,
         }
     }
 
-    /// Time between ticks.
-    pub fn interval(&self) -> std::time::Duration {
-        std::time::Duration::from_nanos(self.interval_ns)
+    /// Time until the next tick is due.
+    pub fn until_due(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.due_ns.saturating_sub(sys::monotonic_ns()))
+    }
+
+    /// The interval jittered uniformly by ±50%.
+    fn draw_spacing(&mut self) -> u64 {
+        self.jitter ^= self.jitter << 13;
+        self.jitter ^= self.jitter >> 7;
+        self.jitter ^= self.jitter << 17;
+        let half = self.interval_ns / 2;
+        half + self.jitter % (2 * half).max(1)
     }
 
     /// One tick: samples the next threads in turn, giving blocked ones to
@@ -137,8 +160,13 @@ impl Sampler {
             return;
         }
         let now = sys::monotonic_ns();
-        let elapsed = self.last_tick_ns.map_or(self.interval_ns, |t| now.saturating_sub(t)).min(MAX_ELAPSED_NS);
-        self.last_tick_ns = Some(now);
+        let spacing = self.spacing_ns;
+        self.spacing_ns = self.draw_spacing();
+        self.due_ns = if now.saturating_sub(self.due_ns) > MAX_BEHIND_NS {
+            now + self.spacing_ns
+        } else {
+            self.due_ns + self.spacing_ns
+        };
         if self.listed_ns.is_none_or(|t| now.saturating_sub(t) >= LIST_EVERY_NS) {
             match list_threads() {
                 Ok(mut t) => {
@@ -155,7 +183,7 @@ impl Sampler {
         }
         COUNTERS.ticks.fetch_add(1, Relaxed);
         let n = self.per_tick.min(live);
-        let weight = elapsed.saturating_mul(live as u64) / n as u64;
+        let weight = spacing.saturating_mul(live as u64) / n as u64;
         for i in 0..n {
             let Some(&tid) = self.tids.get((self.cursor + i) % live) else { continue };
             if let Err(why) = self.sample(reg, add, tid, weight) {
