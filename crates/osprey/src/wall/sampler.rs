@@ -42,8 +42,10 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 /// How often the thread list is re-read.
 pub const LIST_EVERY_NS: u64 = 200_000_000;
 
-/// How far the timeline may fall behind before the ticks missed are dropped.
-pub const MAX_BEHIND_NS: u64 = 1_000_000_000;
+/// How far the timeline may fall behind before the ticks missed are dropped
+/// (the ticks that catch up all observe about the same moment: a long
+/// burst of them would weigh one instant heavily).
+pub const MAX_BEHIND_NS: u64 = 250_000_000;
 
 /// Pending running time past which a thread's CPU clock is taken to be
 /// silent (it blocks the signal, or lost its clock): the time is
