@@ -79,9 +79,13 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let child = c.spawn().map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
     let pid = child.id() as i32;
     let mut tree = tree::Tree::new(pid, children, python_options(&cfg, &up, None), up.clone());
+    // Scans come every 5 ms while the tree changes (a launcher chain execs
+    // within milliseconds) and back off to SCAN_MAX while it does not; the
+    // command's exit and relayed signals wake the loop at once.
+    let mut interval = SCAN_MIN;
     while !supervise::has_exited(pid) {
-        tree.scan();
-        supervise::relay(pid, Duration::from_millis(5));
+        interval = if tree.scan() { SCAN_MIN } else { (interval * 2).min(SCAN_MAX) };
+        supervise::relay(pid, interval);
     }
     let wall = started.elapsed();
     let cpu = supervise::tree_cpu(pid);
@@ -268,6 +272,12 @@ fn check_sampling(s: &Sampling, up: &osprey_upload::UploadConfig) -> Result<ospr
     }
     Ok(cfg)
 }
+
+/// Interval of `osprey exec`'s scan of its process tree while it changes.
+const SCAN_MIN: Duration = Duration::from_millis(5);
+/// ... and when nothing changed for a while: the longest a process that
+/// execs CPython late runs before its Python sampler attaches.
+const SCAN_MAX: Duration = Duration::from_millis(100);
 
 /// `512K`, `1M`, `4096`: bytes.
 fn parse_size(v: &str) -> Option<u64> {

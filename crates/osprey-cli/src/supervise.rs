@@ -26,6 +26,8 @@ const RELAYED: [libc::c_int; 8] = [
     libc::SIGPWR,
 ];
 
+/// The relayed signals and SIGCHLD (which only wakes [`relay`]: the
+/// command ended).
 fn relayed_set() -> libc::sigset_t {
     let mut set = MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: sigemptyset initialises the set; sigaddset takes valid signals.
@@ -34,6 +36,7 @@ fn relayed_set() -> libc::sigset_t {
         for s in RELAYED {
             libc::sigaddset(set.as_mut_ptr(), s);
         }
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGCHLD);
         set.assume_init()
     }
 }
@@ -59,7 +62,8 @@ pub fn block_relayed(cmd: &mut std::process::Command) {
 }
 
 /// Waits up to `timeout` for a relayed signal and sends it on to `pid` when a
-/// process (not the terminal or the kernel) sent it.
+/// process (not the terminal or the kernel) sent it; returns early when a
+/// child of osprey ended (SIGCHLD), so the caller sees the exit at once.
 pub fn relay(pid: i32, timeout: Duration) {
     let set = relayed_set();
     let ts =
@@ -67,7 +71,7 @@ pub fn relay(pid: i32, timeout: Duration) {
     let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
     // SAFETY: valid set, info buffer and timeout.
     let sig = unsafe { libc::sigtimedwait(&set, info.as_mut_ptr(), &ts) };
-    if sig <= 0 {
+    if sig <= 0 || sig == libc::SIGCHLD {
         return;
     }
     // SAFETY: sigtimedwait filled `info` for `sig`.
@@ -96,6 +100,9 @@ pub struct TreeCpu {
 }
 
 /// Has `pid` exited? Leaves it a zombie (its `/proc` entry stays readable).
+/// A ptrace stop of its main thread (the Python sampler reading a thread's
+/// registers), which `waitid` reports to a tracer even without `WSTOPPED`,
+/// is not an exit and is left for the sampler to wait for.
 pub fn has_exited(pid: i32) -> bool {
     let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
     // SAFETY: valid info buffer; WNOWAIT leaves the child waitable.
@@ -103,7 +110,10 @@ pub fn has_exited(pid: i32) -> bool {
         libc::waitid(libc::P_PID, pid as libc::id_t, info.as_mut_ptr(), libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
     };
     // SAFETY: waitid zero-filled or filled `info`.
-    r == 0 && unsafe { info.assume_init().si_pid() } == pid
+    let info = unsafe { info.assume_init() };
+    // SAFETY: as above.
+    let from_pid = unsafe { info.si_pid() } == pid;
+    r == 0 && from_pid && matches!(info.si_code, libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED)
 }
 
 /// CPU times of the zombie `pid`, from `/proc/<pid>/stat` (utime, stime,

@@ -69,6 +69,8 @@ pub struct Tree {
     /// Samplers told to stop (their process exec'd), not yet ended.
     stopping: Vec<(i32, Sampler)>,
     finished: Vec<Finished>,
+    /// How many processes the previous scan watched.
+    last_watched: usize,
 }
 
 impl Tree {
@@ -83,6 +85,7 @@ impl Tree {
             samplers: HashMap::new(),
             stopping: Vec::new(),
             finished: Vec::new(),
+            last_watched: 0,
         }
     }
 
@@ -113,18 +116,19 @@ impl Tree {
     }
 
     /// Looks for new CPython images among the watched processes and starts a
-    /// sampler on each; collects samplers whose process ended.
-    pub fn scan(&mut self) {
+    /// sampler on each; collects samplers whose process ended. Returns
+    /// whether anything changed (a new process or image, a sampler ended).
+    pub fn scan(&mut self) -> bool {
         let pids = self.watched();
+        let mut changed = pids.len() != self.last_watched;
+        self.last_watched = pids.len();
         for pid in pids {
             let Some(img) = image(pid) else { continue };
-            if self.native.get(&pid) == Some(&img) {
+            if self.native.get(&pid) == Some(&img) || self.samplers.get(&pid).is_some_and(|s| s.image == img) {
                 continue;
             }
-            if let Some(s) = self.samplers.get(&pid) {
-                if s.image == img {
-                    continue;
-                }
+            changed = true;
+            if self.samplers.contains_key(&pid) {
                 // Told to stop, not waited for: it may still be waiting for
                 // the old image's interpreter to start.
                 let s = self.samplers.remove(&pid).expect("present");
@@ -138,15 +142,18 @@ impl Tree {
             }
         }
         let done: Vec<i32> = self.samplers.iter().filter(|(_, s)| s.thread.is_finished()).map(|(p, _)| *p).collect();
+        changed |= !done.is_empty();
         for pid in done {
             self.stop_one(pid);
         }
         let (ended, running): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.stopping).into_iter().partition(|(_, s)| s.thread.is_finished());
         self.stopping = running;
+        changed |= !ended.is_empty();
         for (pid, s) in ended {
             self.join(pid, s);
         }
+        changed
     }
 
     fn start(&mut self, pid: i32, image: Image) {

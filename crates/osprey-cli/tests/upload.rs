@@ -198,6 +198,23 @@ fn native_programs_get_the_configuration_as_osprey_variables() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// With Datadog the timeline is on: every stack sample of the native agent
+/// carries its time, inside the profile's time range.
+fn timeline_within_profile(pprof: &[u8]) {
+    let p: osprey_pprof::pprof::Profile = prost::Message::decode(&gunzip(pprof)[..]).unwrap();
+    let key = p.string_table.iter().position(|s| s == osprey_pprof::TIMESTAMP_LABEL).map(|i| i as i64);
+    let (start, end) = (p.time_nanos, p.time_nanos + p.duration_nanos);
+    let mut stamped = 0;
+    for s in p.sample.iter().filter(|s| s.value[0] > 0 && s.location_id.len() > 1) {
+        let at = s.label.iter().find(|l| Some(l.key) == key).map(|l| l.num);
+        let at = at.unwrap_or_else(|| panic!("a stack sample without {}", osprey_pprof::TIMESTAMP_LABEL));
+        assert!((start - 50_000_000..=end + 50_000_000).contains(&at), "{at} outside [{start}, {end}]");
+        assert_eq!(s.value[0], 1, "one sample per timestamped entry");
+        stamped += 1;
+    }
+    assert!(stamped > 0 || p.sample.is_empty());
+}
+
 /// A native program under `osprey exec`: the preloaded agent's collector
 /// delivers each period to the backend, files only with --out, and at exit
 /// a backend that never answers holds the program at most --exit-wait.
@@ -225,6 +242,7 @@ fn native_program_delivers_through_the_preloaded_agent() {
         assert_eq!(event["family"], "native");
         assert!(event["tags_profiler"].as_str().unwrap().contains("service:loop"));
         samples += sample_count(&parts[1].3);
+        timeline_within_profile(&parts[1].3);
         let prov: serde_json::Value = serde_json::from_slice(&parts[2].3).unwrap();
         assert!(prov["v1"].as_array().unwrap().iter().any(|e| e["kind"] == "executable"), "{prov}");
     }

@@ -48,6 +48,12 @@ pub fn decide() -> Role {
     }
 }
 
+/// Whether this process is not the command `osprey exec` started (nor what
+/// that command exec'd in its own pid). Valid after [`decide`].
+pub fn is_descendant() -> bool {
+    std::env::var("OSPREY_ROOT_PID").ok().and_then(|v| v.parse::<u32>().ok()).is_some_and(|r| r != std::process::id())
+}
+
 /// CPython's runtime state is in this process: the interpreter itself, not a
 /// file name, decides.
 fn is_cpython() -> bool {

@@ -51,6 +51,11 @@ extern "C" fn init() {
             EXIT_KEY.store(key as usize, Release);
         }
     }
+    if launch::is_descendant() {
+        // Processes the command starts are often short-lived (shells,
+        // compiler drivers): unwind tables once they have lived a while.
+        osprey::internals::unwind_tables::defer(DESCENDANT_TABLES_AFTER);
+    }
     let cfg = match osprey::Config::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -67,6 +72,10 @@ extern "C" fn init() {
         Err(e) => eprintln!("osprey: {e}; profiling is off"),
     }
 }
+
+/// How long a process started by the profiled command (`--children`) runs
+/// before its agent compiles unwind tables (frame pointers until then).
+const DESCENDANT_TABLES_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// At `exit`: stop sampling and write the last profile. Only in the process
 /// the agent belongs to: a `vfork` child calling `exit` shares our memory

@@ -18,8 +18,9 @@ type Key = (Vec<Frame>, Vec<Label>);
 /// keeps its exact charge (the thread's CPU since its previous sample); the
 /// samples of threads without one share, in proportion to their raw charges,
 /// what the process CPU clock advanced beyond the exact charges. Every
-/// sample carries `thread id`, `thread name`, `state` and `process` labels, and
-/// an asyncio task's a `task` label.
+/// sample carries `thread id`, `thread name` (the Python name where known,
+/// else the OS name; see [`crate::thread_names`]), `state` and `process`
+/// labels, and an asyncio task's a `task` label.
 pub struct Aggregator {
     pid: i32,
     interval_ns: i64,

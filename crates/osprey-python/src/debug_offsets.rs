@@ -541,6 +541,7 @@ impl DebugOffsets {
         l.unicode_length = g("unicode_object.length")?;
         l.interp_gc_collecting = Some(g("interpreter_state.gc")? + g("gc.collecting")?);
         l.tstate_holds_gil = self.get("thread_state.holds_gil");
+        l.objects.apply_debug_offsets(self);
         l.fix_sizes();
         Ok(l)
     }

@@ -4,6 +4,8 @@
 //! recomputes them with a C compiler and compares). 3.13 and later describe
 //! themselves: see [`crate::debug_offsets`].
 
+pub use crate::object_layout::ObjectLayout;
+
 /// How a frame's instruction position is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InstrKind {
@@ -112,6 +114,8 @@ pub struct Layout {
     pub runtime_gc_collecting: Option<u64>,
     /// `holds_gil` (an int) in the thread state (3.15+).
     pub tstate_holds_gil: Option<u64>,
+    /// Modules, dicts, instances and ints (the thread-name lookup).
+    pub objects: ObjectLayout,
 }
 
 /// Lowest owner value of a frame that is not a Python function's: the C
@@ -165,6 +169,7 @@ impl Layout {
             interp_gc_collecting: None,
             runtime_gc_collecting: None,
             tstate_holds_gil: None,
+            objects: ObjectLayout::for_version(minor),
         }
     }
 

@@ -4,8 +4,8 @@
 //! `process_vm_readv`, thread states from `/proc`. Each OS thread is mapped
 //! to its `PyThreadState` (TLS, TSS, interpreter lists, or a cache; see
 //! [`threads`]), its Python stack is walked (see [`stack`]) and labelled with
-//! a state (see `state`). Profiles are flushed every period in osprey's
-//! export format.
+//! a state (see `state`) and its Python thread name (see [`thread_names`]).
+//! Profiles are flushed every period in osprey's export format.
 
 mod aggregate;
 mod asyncio;
@@ -16,11 +16,14 @@ mod gc;
 mod gilwait;
 pub mod layout;
 mod namespace;
+pub mod object_layout;
 pub mod process;
+mod pyobject;
 mod sampler;
 pub mod stack;
 mod state;
 pub mod target;
+pub mod thread_names;
 pub mod threads;
 
 use std::fmt;

@@ -16,6 +16,7 @@ use crate::{Error, Method};
 #[derive(Clone, Debug)]
 pub struct ThreadSample {
     pub tid: i32,
+    /// The Python thread name where one is known, else the OS thread name.
     pub name: String,
     pub state: &'static str,
     pub on_cpu: bool,
@@ -82,6 +83,8 @@ pub struct Sampler {
     pub interval_ns: i64,
     gil_waits: crate::gilwait::GilWaits,
     tasks: crate::asyncio::Tasks,
+    /// Python thread names (`threading`), refreshed about once a second.
+    pub names: crate::thread_names::ThreadNames,
 }
 
 /// CPU time of the whole process (ns), from its process CPU clock
@@ -175,6 +178,7 @@ impl Sampler {
             interval_ns: 10_000_000,
             gil_waits: Default::default(),
             tasks: Default::default(),
+            names: Default::default(),
         })
     }
 
@@ -258,6 +262,7 @@ impl Sampler {
         let collecting = crate::gc::collecting(&self.target);
         let ranges: Vec<(u64, u64)> = gils.iter().map(|g| g.0).collect();
         let pid = self.target.pid;
+        self.names.update(&self.target, &self.tids);
         let mut out = Vec::with_capacity(self.tids.len());
         let tids = self.tids.clone();
         for tid in tids {
@@ -336,7 +341,7 @@ impl Sampler {
             self.stats.threads_seen.insert(tid);
             out.push(ThreadSample {
                 tid,
-                name: k.name,
+                name: self.names.name(tstate).map_or(k.name, str::to_string),
                 state,
                 on_cpu,
                 cpu_ns,

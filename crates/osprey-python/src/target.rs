@@ -59,6 +59,8 @@ const WANTED: &[&str] = &[
     "PyGILState_GetThisThreadState",
     "_Py_InitCleanup",
     "PyLong_Type",
+    "PyUnicode_Type",
+    "PyDict_Type",
 ];
 
 /// An attached CPython process: its libpython (or executable) module, version, structure layout and the addresses needed to find thread states.
@@ -89,6 +91,11 @@ pub struct Target {
     pub init_cleanup: Option<u64>,
     /// `PyLong_Type` (asyncio task names may be ints).
     pub long_type: Option<u64>,
+    /// `PyUnicode_Type` and `PyDict_Type`: what a `str` and a `dict` read
+    /// for thread names must be instances of (unchecked where unknown).
+    pub unicode_type: Option<u64>,
+    /// See `unicode_type`.
+    pub dict_type: Option<u64>,
     /// The layout came from the interpreter's `_Py_DebugOffsets` (3.13+).
     pub debug_offsets: bool,
     /// Things the user should know, one line each (e.g. an interpreter
@@ -319,6 +326,7 @@ impl Target {
         let code_type = module.sym("PyCode_Type");
         let init_cleanup = module.sym("_Py_InitCleanup");
         let long_type = module.sym("PyLong_Type");
+        let (unicode_type, dict_type) = (module.sym("PyUnicode_Type"), module.sym("PyDict_Type"));
         let other_pid_ns = !namespace::same_pid_ns(pid);
         let t = Target {
             pid,
@@ -335,6 +343,8 @@ impl Target {
             gilstate_tls,
             init_cleanup,
             long_type,
+            unicode_type,
+            dict_type,
             debug_offsets,
             notes,
             other_pid_ns,

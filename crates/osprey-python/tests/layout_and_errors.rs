@@ -106,6 +106,17 @@ fn check_layout(name: &str, minor: u32) {
             "interp.gc_collecting" => l.interp_gc_collecting.unwrap(),
             "runtime.gc_collecting" => l.runtime_gc_collecting.unwrap(),
             "tstate.holds_gil" => l.tstate_holds_gil.unwrap(),
+            "objects.interp_modules" => l.objects.interp_modules,
+            "objects.interp_sysdict" => l.objects.interp_sysdict,
+            "objects.dict_keys" => l.objects.dict_keys,
+            "objects.dict_values" => l.objects.dict_values,
+            "objects.type_flags" => l.objects.type_flags,
+            "objects.type_basicsize" => l.objects.type_basicsize,
+            "objects.type_dictoffset" => l.objects.type_dictoffset,
+            "objects.heap_type_cached_keys" => l.objects.heap_type_cached_keys,
+            "objects.long_size" => l.objects.long_size,
+            "objects.long_digits" => l.objects.long_digits,
+            "objects.values_array" => l.objects.values_array,
             other => panic!("unknown key {other}"),
         };
         assert_eq!(ours, v, "{name}: {k}");

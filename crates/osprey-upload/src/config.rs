@@ -16,6 +16,8 @@
 //! | wait at exit | `--exit-wait S` | `OSPREY_EXIT_WAIT` | 5 s |
 //! | queue bound | | `OSPREY_UPLOAD_QUEUE` (profiles), `OSPREY_UPLOAD_QUEUE_BYTES` | 5 profiles, 64 MiB |
 //! | timeline | | `OSPREY_TIMELINE` (`0`/`1`) | on when Datadog or OTLP is named |
+//! | TLS roots | | | `SSL_CERT_FILE` (PEM; replaces the defaults, as for OpenSSL), else the system bundle (`/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`), else Mozilla's roots built in |
+//! | proxy | | | `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` (and lower-case), minus `NO_PROXY` hosts |
 //!
 //! URL rules: `http` and `https` only; a URL without a path (or with `/`)
 //! is the backend's base and gets `/profiling/v1/input`, `/ingest` or
@@ -134,6 +136,9 @@ pub struct UploadConfig {
     /// Samples carry their time (`end_timestamp_ns`): one sample per stack
     /// and moment instead of per stack, i.e. larger profiles.
     pub timeline: bool,
+    /// PEM file of the certificate authorities `https://` backends are
+    /// checked against (`SSL_CERT_FILE`; None: system bundle, else built in).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for UploadConfig {
@@ -155,6 +160,7 @@ impl Default for UploadConfig {
             retry_base: Duration::from_secs(1),
             retry_max: Duration::from_secs(60),
             timeline: false,
+            ca_file: None,
         }
     }
 }
@@ -426,6 +432,11 @@ impl UploadConfig {
         }
 
         let any_backend = c.datadog.is_some() || c.pyroscope.is_some() || c.otlp.is_some();
+        if let Some(f) = get("SSL_CERT_FILE") {
+            crate::http::certificates(std::path::Path::new(&f))
+                .map_err(|e| ConfigError(format!("SSL_CERT_FILE: {e}")))?;
+            c.ca_file = Some(PathBuf::from(f));
+        }
         let files = match raw("OSPREY_FILES") {
             Some(v) => Some(parse_bool(&v, "OSPREY_FILES")?),
             None => None,

@@ -1,8 +1,40 @@
 //! One POST: ureq with rustls (no system OpenSSL). Proxies come from the
 //! environment as ureq reads it: `ALL_PROXY`, `HTTPS_PROXY`, `HTTP_PROXY`
-//! (and lower-case), minus the hosts in `NO_PROXY`.
+//! (and lower-case), minus the hosts in `NO_PROXY`. `https://` servers are
+//! checked against `SSL_CERT_FILE` when set, else the system's CA bundle,
+//! else Mozilla's roots compiled in ([`roots`]).
 
+use std::path::Path;
 use std::time::Duration;
+use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
+
+/// CA bundles of the usual distributions (Debian/Ubuntu/Alpine, Fedora/RHEL).
+const SYSTEM_BUNDLES: [&str; 2] = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"];
+
+/// The certificates of a PEM file; an error names what is wrong with it.
+pub fn certificates(path: &Path) -> Result<Vec<Certificate<'static>>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    if certs.is_empty() {
+        return Err(format!("no PEM certificate in {}", path.display()));
+    }
+    Ok(certs)
+}
+
+/// The roots `https://` backends are checked against: `ca_file` (from
+/// `SSL_CERT_FILE`), else the first system bundle found, else Mozilla's.
+pub fn roots(ca_file: Option<&Path>) -> RootCerts {
+    let system = SYSTEM_BUNDLES.iter().map(Path::new).find(|p| p.exists());
+    match ca_file.or(system).map(certificates) {
+        Some(Ok(certs)) => RootCerts::new_with_certs(&certs),
+        _ => RootCerts::WebPki,
+    }
+}
 
 /// A request ready to send.
 #[derive(Debug, Clone)]
@@ -34,9 +66,11 @@ pub enum Outcome {
     Rejected(String),
 }
 
-/// An HTTP agent: statuses are answers, not errors; proxies from the environment.
-pub fn agent() -> ureq::Agent {
+/// An HTTP agent: statuses are answers, not errors; proxies from the
+/// environment; TLS roots from [`roots`].
+pub fn agent(ca_file: Option<&Path>) -> ureq::Agent {
     ureq::Agent::config_builder()
+        .tls_config(TlsConfig::builder().root_certs(roots(ca_file)).build())
         .http_status_as_error(false)
         .user_agent(concat!("osprey/", env!("CARGO_PKG_VERSION")))
         .max_idle_connections_per_host(2)

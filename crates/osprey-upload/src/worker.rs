@@ -261,7 +261,7 @@ struct Log {
 }
 
 fn run(s: &Shared, i: usize) {
-    let agent = http::agent();
+    let agent = http::agent(s.cfg.ca_file.as_deref());
     let mut attempt: u32 = 0;
     let mut current: Option<(Arc<Item>, Request)> = None;
     let mut log = Log { next: Instant::now(), failures: 0 };

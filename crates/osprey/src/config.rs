@@ -11,6 +11,7 @@
 //! | `OSPREY_SCAN_MS` | discovery scan interval, ms (1–1000) | 10 |
 //! | `OSPREY_MEMORY` | call trace storage budget, bytes (`K`/`M`/`G` suffix, 64K-1G) | 8M |
 //! | `OSPREY_SAMPLE_SIGNAL` / `OSPREY_PRIME_SIGNAL` | real-time signal numbers to use | first free from SIGRTMIN+6 / +7 |
+//! | `OSPREY_SIGNAL` | `N`: sample with real-time signal N, prime with N+1 | (as above) |
 //! | `OSPREY_FORK` | `continue` or `stop` profiling in a forked child | continue |
 //! | `OSPREY_CHILDREN` | `1`: programs the target execs are profiled too | 0 |
 //! | `OSPREY_LINES` | `1`: file, line and inlined frames from DWARF (costs memory at each flush) | 0 |
@@ -158,6 +159,14 @@ impl Config {
         }
         if let Some(v) = get("OSPREY_MEMORY") {
             c.memory_budget = parse_bytes("OSPREY_MEMORY", &v)?;
+        }
+        if let Some(v) = get("OSPREY_SIGNAL") {
+            let n: i32 = parse_num("OSPREY_SIGNAL", &v)?;
+            if !(libc::SIGRTMIN()..libc::SIGRTMAX()).contains(&n) {
+                let (lo, hi) = (libc::SIGRTMIN(), libc::SIGRTMAX() - 1);
+                return Err(Error::config("OSPREY_SIGNAL", format!("{n} is not a real-time signal ({lo}-{hi})")));
+            }
+            (c.sample_signal, c.prime_signal) = (Some(n), Some(n + 1));
         }
         if let Some(v) = get("OSPREY_SAMPLE_SIGNAL") {
             c.sample_signal = Some(parse_num("OSPREY_SAMPLE_SIGNAL", &v)?);
@@ -319,6 +328,9 @@ mod tests {
         assert!(env(&[("OSPREY_HZ", "0")]).unwrap_err().contains("OSPREY_HZ"));
         assert!(env(&[("OSPREY_HZ", "fast")]).unwrap_err().contains("not a number"));
         assert!(env(&[("OSPREY_FORK", "maybe")]).is_err());
+        let c = env(&[("OSPREY_SIGNAL", &(libc::SIGRTMIN() + 3).to_string())]).unwrap();
+        assert_eq!((c.sample_signal, c.prime_signal), (Some(libc::SIGRTMIN() + 3), Some(libc::SIGRTMIN() + 4)));
+        assert!(env(&[("OSPREY_SIGNAL", "10")]).unwrap_err().contains("OSPREY_SIGNAL"));
         let c = env(&[("OSPREY_WALL", "1"), ("OSPREY_ALLOC", "1"), ("OSPREY_ALLOC_INTERVAL", "64K")]).unwrap();
         assert!(c.wall && c.alloc && c.alloc_interval == 64 << 10);
         assert!(env(&[("OSPREY_WALL_THREADS", "0")]).unwrap_err().contains("OSPREY_WALL_THREADS"));

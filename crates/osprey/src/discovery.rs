@@ -23,7 +23,9 @@ use crate::cpu_clock::{self, thread_cpu_ns};
 use crate::record::{Record, RecordState};
 use crate::registry::Registry;
 use crate::signal::{sys, STATE};
-use crate::threads::{is_internal, list_threads, signal_blocked, signal_pending, stack_bounds_of, thread_running};
+use crate::threads::{
+    is_internal, list_threads, signal_blocked, signal_pending, stack_bounds_of, thread_count, thread_running,
+};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;
@@ -43,6 +45,10 @@ const REPRIME_NS: u64 = 1_000_000_000;
 
 /// Longest interval the scan backs off to while nothing changes.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// While backed off, a full scan (listing every thread) runs only when the
+/// thread count or the registry changed, or after this long.
+const FULL_SCAN_NS: u64 = 10_000_000_000;
 
 /// CPU time osprey could not sample, per thread, since the last flush.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -78,6 +84,10 @@ pub struct Discovery {
     checked_once: bool,
     /// The current scan interval (backs off while nothing changes).
     interval: Option<Duration>,
+    /// Thread count and registry changes when the last full scan started.
+    fingerprint: Option<(u64, u64)>,
+    /// When the last full scan started.
+    last_full_ns: u64,
 }
 
 impl Discovery {
@@ -87,6 +97,26 @@ impl Discovery {
     /// appeared since the previous pass.
     pub fn scan(&mut self, reg: &Registry) -> Vec<i32> {
         let started = sys::monotonic_ns();
+        // Backed off and nothing changed: no listing, only the clock check.
+        let fingerprint = thread_count().map(|n| (n, reg.changes.load(Relaxed)));
+        if self.interval == Some(MAX_BACKOFF)
+            && fingerprint.is_some()
+            && fingerprint == self.fingerprint
+            && started.saturating_sub(self.last_full_ns) < FULL_SCAN_NS
+        {
+            if started.saturating_sub(self.last_check_ns) >= CHECK_NS {
+                let tids = std::mem::take(&mut self.listed);
+                self.check_clocks(reg, &tids);
+                self.listed = tids;
+                self.last_check_ns = started;
+                if self.unregistered_busy {
+                    self.fingerprint = None;
+                }
+            }
+            return vec![];
+        }
+        self.fingerprint = fingerprint;
+        self.last_full_ns = started;
         let Ok(tids) = list_threads() else { return vec![] };
         let appeared: Vec<i32> =
             tids.iter().copied().filter(|t| self.listed.binary_search(t).is_err() && !is_internal(*t)).collect();

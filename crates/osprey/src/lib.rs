@@ -112,6 +112,10 @@ pub mod internals {
     pub mod mmap {
         pub use crate::mmap::*;
     }
+    /// When the unwind tables are compiled.
+    pub mod unwind_tables {
+        pub use crate::unwind_tables::defer;
+    }
     /// Wall-time sampling and thread states.
     pub mod wall {
         pub use crate::wall::*;

@@ -262,8 +262,10 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
         .map_err(|e| Error::io("cannot map the thread registry", e))?;
     let storage = storage_for(&cfg, reg)?;
     let (installed, sample_sig, prime_sig) = install_handlers(&cfg)?;
-    // Tables before sampling: the first samples already walk with them.
+    // Tables before sampling: the first samples already walk with them
+    // (unless deferred: then the collector builds them).
     let tracker = unwind_tables::start();
+    let tables_after = unwind_tables::deferred();
     STATE.storage.store(storage as *const _ as *mut _, Release);
     STATE.period_ns.store(cfg.period_ns(), Relaxed);
     STATE.max_depth.store(cfg.max_depth, Relaxed);
@@ -278,7 +280,8 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
         control: Arc::new((Mutex::new(Control::default()), Condvar::new())),
         thread: Mutex::new(None),
         dispositions: installed,
-        tracker: Mutex::new(Some(tracker)),
+        tracker: Mutex::new(tracker),
+        tables_after,
     }));
     AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(agent as *const _ as *mut _, Release);
@@ -434,6 +437,7 @@ extern "C" fn after_fork_child() {
         thread: Mutex::new(None),
         dispositions: vec![],
         tracker: Mutex::new(None),
+        tables_after: collector::FORKED_TABLES_AFTER,
     }));
     AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(child as *const _ as *mut _, Release);

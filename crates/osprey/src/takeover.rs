@@ -1,6 +1,8 @@
 //! The program takes over one of osprey's signals: osprey steps aside.
 //! Agent side (prints, sleeps); called by the preload library's interposed
-//! `sigaction` family before the program's disposition is installed.
+//! `sigaction` family before the program's disposition is installed, and
+//! by the collector once a second ([`check_dispositions`]) for programs that
+//! link the agent (no interposition: the takeover is noticed after the fact).
 
 use crate::cpu_clock;
 use crate::dispositions::signal_pending_anywhere;
@@ -39,4 +41,31 @@ pub fn step_aside(signal: i32, new_handler: usize) -> bool {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     true
+}
+
+/// Whether a disposition of osprey's signals is no longer osprey's handler
+/// (the program replaced it without the preload library seeing it); if so,
+/// osprey steps aside as [`step_aside`] does. One `sigaction` query per signal.
+pub(crate) fn check_dispositions() -> bool {
+    if !STATE.enabled.load(Relaxed) {
+        return false;
+    }
+    let ours = [
+        (STATE.sample_signal.load(Relaxed), crate::signal::on_sample as *const () as usize),
+        (STATE.prime_signal.load(Relaxed), crate::signal::on_prime as *const () as usize),
+    ];
+    for (signal, handler) in ours {
+        if signal <= 0 {
+            continue;
+        }
+        // SAFETY: querying a disposition into a zeroed struct.
+        let current = unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            (libc::sigaction(signal, core::ptr::null(), &mut sa) == 0).then_some(sa.sa_sigaction)
+        };
+        if current.is_some_and(|h| h != handler) {
+            return step_aside(signal, current.unwrap_or(0));
+        }
+    }
+    false
 }

@@ -62,7 +62,7 @@ pub fn unregister_current() {
     let me = sys::gettid();
     if let Some((slot, rec)) = reg.lookup(me) {
         cpu_clock::disarm(rec);
-        charge_remainder(slot, rec, me);
+        charge_remainder(reg, slot, rec, me);
         // The name as the thread leaves (renames included), for samples drained after it is gone.
         let mut name = [0u8; 16];
         // SAFETY: PR_GET_NAME writes at most 16 bytes into `name`.
@@ -106,7 +106,7 @@ pub fn forget_current() {
 
 /// See [`unregister_current`]. Runs on the exiting thread with every signal
 /// blocked, so its frame buffer is its own.
-fn charge_remainder(slot: usize, rec: &Record, tid: i32) {
+fn charge_remainder(reg: &Registry, slot: usize, rec: &Record, tid: i32) {
     if rec.blocked.load(Relaxed) != 0 {
         return; // accounted by discovery from its CPU clock
     }
@@ -140,9 +140,7 @@ fn charge_remainder(slot: usize, rec: &Record, tid: i32) {
             value: rest,
             ..Default::default()
         };
-        if !rec.ring.push(&sample) {
-            rec.ring_overflow.fetch_add(1, Relaxed);
-        }
+        reg.push_sample(slot, rec, &sample);
     });
 }
 
@@ -276,6 +274,25 @@ pub fn list_threads() -> std::io::Result<Vec<i32>> {
     unsafe { libc::close(fd) };
     tids.sort_unstable();
     Ok(tids)
+}
+
+/// Threads in this process (`num_threads` of `/proc/self/stat`): one small
+/// read, the discovery scan's cheap test for change. Descriptor held as in
+/// [`list_threads`].
+pub fn thread_count() -> Option<u64> {
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe { libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 1024];
+    // SAFETY: buffer of the stated length, our own descriptor.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: closing the descriptor opened above, error ignored.
+    unsafe { libc::close(fd) };
+    let text = std::str::from_utf8(buf.get(..usize::try_from(n).ok()?)?).ok()?;
+    // Fields after the command name: state is field 3, num_threads field 20.
+    text.get(text.rfind(')')? + 2..)?.split_ascii_whitespace().nth(17)?.parse().ok()
 }
 
 /// Whether thread `tid` has `signal` blocked (`SigBlk` in its `status`).

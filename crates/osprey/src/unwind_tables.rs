@@ -3,7 +3,11 @@
 //! compiling reads files, allocates and takes the loader's lock.
 //!
 //! - [`start`]: before sampling is enabled, so the first samples already walk
-//!   with tables; a tracker parked by a previous stop is reused.
+//!   with tables; a tracker parked by a previous stop is reused. Unless
+//!   [`defer`] was called: then the collector compiles them once the
+//!   process has lived that long, so a short-lived process (a shell's
+//!   `sh -c`, a compiler driver) never pays for them; until then samples
+//!   walk with frame pointers.
 //! - [`refresh`]: each collector pass; one `dl_iterate_phdr` call when nothing
 //!   was `dlopen`ed or `dlclose`d.
 //! - [`park`]: at stop, keeps the tracker (and its compiled tables) for a
@@ -17,19 +21,41 @@
 use crate::signal::STATE;
 use osprey_unwind::compile::DEBUG_ROOT;
 use osprey_unwind::scan::Tracker;
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Release},
+};
 use std::sync::{Arc, Mutex};
 
 static PARKED: Mutex<Option<Tracker>> = Mutex::new(None);
 
+/// Milliseconds a new agent waits before compiling tables (0: at start).
+static DEFER_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Tables of agents started from now on are compiled by the collector once
+/// the process has lived `after` (the preload library sets it for the
+/// processes a profiled command starts, under `--children`).
+pub fn defer(after: std::time::Duration) {
+    DEFER_MS.store(after.as_millis() as u64, Release);
+}
+
+/// How long after start the collector compiles tables when [`start`]
+/// returned none.
+pub(crate) fn deferred() -> std::time::Duration {
+    std::time::Duration::from_millis(DEFER_MS.load(Acquire))
+}
+
 /// The tracker for a new agent: the parked one, else a new one; refreshed and
-/// published to the handler.
-pub(crate) fn start() -> Tracker {
+/// published to the handler. `None` when deferred (see [`defer`]).
+pub(crate) fn start() -> Option<Tracker> {
     let parked = PARKED.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if parked.is_none() && !deferred().is_zero() {
+        return None;
+    }
     let mut t = parked.unwrap_or_else(|| Tracker::new(Some(DEBUG_ROOT.into())));
     refresh(&mut t);
     publish(&t);
-    t
+    Some(t)
 }
 
 /// A new tracker (after fork), refreshed and published to the handler.

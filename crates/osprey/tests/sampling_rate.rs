@@ -6,21 +6,10 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+mod common;
 
-fn burn(d: Duration) {
-    let end = std::time::Instant::now() + d;
-    let mut x = 1u64;
-    while std::time::Instant::now() < end {
-        for i in 0..10_000 {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
-        }
-    }
+fn thread_cpu_ns() -> u64 {
+    common::thread_cpu().as_nanos() as u64
 }
 
 /// (samples taken, CPU ns they stand for, CPU ns used) summed over two busy threads.
@@ -34,7 +23,7 @@ fn measure(hz: u32, secs: f64) -> (u64, u64, u64) {
                 let reg = osprey::internals::registry::Registry::get().unwrap();
                 let (_, rec) = reg.lookup(osprey::internals::signal::sys::gettid()).unwrap();
                 let (s0, w0, c0) = (rec.samples.load(Relaxed), rec.charged_ns.load(Relaxed), thread_cpu_ns());
-                burn(Duration::from_secs_f64(secs));
+                common::burn_cpu(Duration::from_secs_f64(secs));
                 let (s1, w1, c1) = (rec.samples.load(Relaxed), rec.charged_ns.load(Relaxed), thread_cpu_ns());
                 (s1 - s0, w1 - w0, c1 - c0)
             })

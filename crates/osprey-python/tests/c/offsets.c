@@ -19,6 +19,9 @@
 #if PY_VERSION_HEX < 0x030B0000
 #include "frameobject.h"
 #endif
+#if PY_VERSION_HEX >= 0x030B0000
+#include "internal/pycore_dict.h"
+#endif
 
 #define P(name, val) printf("%s %ld\n", name, (long)(val))
 
@@ -97,6 +100,25 @@ int main(void) {
 #endif
 #if PY_VERSION_HEX >= 0x030F0000
     P("tstate.holds_gil", offsetof(PyThreadState, holds_gil));
+#endif
+#if PY_VERSION_HEX >= 0x030C0000
+    P("objects.interp_modules", offsetof(PyInterpreterState, imports.modules));
+    P("objects.long_size", offsetof(PyLongObject, long_value.lv_tag));
+    P("objects.long_digits", offsetof(PyLongObject, long_value.ob_digit));
+#else
+    P("objects.interp_modules", offsetof(PyInterpreterState, modules));
+    P("objects.long_size", offsetof(PyVarObject, ob_size));
+    P("objects.long_digits", offsetof(PyLongObject, ob_digit));
+#endif
+    P("objects.interp_sysdict", offsetof(PyInterpreterState, sysdict));
+    P("objects.dict_keys", offsetof(PyDictObject, ma_keys));
+    P("objects.dict_values", offsetof(PyDictObject, ma_values));
+    P("objects.type_flags", offsetof(PyTypeObject, tp_flags));
+    P("objects.type_basicsize", offsetof(PyTypeObject, tp_basicsize));
+    P("objects.type_dictoffset", offsetof(PyTypeObject, tp_dictoffset));
+    P("objects.heap_type_cached_keys", offsetof(PyHeapTypeObject, ht_cached_keys));
+#if PY_VERSION_HEX >= 0x030B0000
+    P("objects.values_array", offsetof(PyDictValues, values));
 #endif
     return 0;
 }

@@ -1,10 +1,15 @@
 //! Test helpers: finding interpreters at run time, running workloads.
+//! Also included by osprey-cli's tests (`#[path]`): paths are relative to
+//! [`PY_CRATE`], not to the crate including this file.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+
+/// The osprey-python crate's directory (its tests' scripts and fixtures).
+pub const PY_CRATE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../osprey-python");
 
 /// The Debian testing root filesystem with CPython 3.13-3.15, built once by
 /// `tests/chroot/build-forky.sh` (cached; `OSPREY_FORKY` overrides where).
@@ -13,7 +18,7 @@ pub fn forky() -> Option<PathBuf> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let r = DIR.get_or_init(|| {
         let dir = PathBuf::from(std::env::var("OSPREY_FORKY").unwrap_or_else(|_| "/var/cache/osprey/forky".into()));
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chroot/build-forky.sh");
+        let script = Path::new(PY_CRATE).join("tests/chroot/build-forky.sh");
         let out = Command::new("bash").arg(&script).arg(&dir).output().map_err(|e| e.to_string())?;
         if !out.status.success() {
             return Err(String::from_utf8_lossy(&out.stderr).into_owned());
@@ -86,23 +91,29 @@ impl Py {
         }
     }
 
+    /// The command line that runs this interpreter (then its arguments).
+    pub fn argv(&self) -> Vec<String> {
+        let exe = self.host_exe.to_string_lossy().into_owned();
+        match (&self.root, self.pidns) {
+            (None, _) => vec![exe],
+            (Some(r), false) => vec!["chroot".into(), r.display().to_string(), self.inner_exe.clone()],
+            (Some(r), true) => vec![
+                "unshare".into(),
+                "--pid".into(),
+                "--fork".into(),
+                format!("--mount-proc={}", r.join("proc").display()),
+                "chroot".into(),
+                r.display().to_string(),
+                self.inner_exe.clone(),
+            ],
+        }
+    }
+
     /// A command running this interpreter with `args`.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut c = match (&self.root, self.pidns) {
-            (None, _) => Command::new(&self.host_exe),
-            (Some(r), false) => {
-                let mut c = Command::new("chroot");
-                c.arg(r).arg(&self.inner_exe);
-                c
-            }
-            (Some(r), true) => {
-                let mut c = Command::new("unshare");
-                c.arg("--pid").arg("--fork").arg(format!("--mount-proc={}", r.join("proc").display()));
-                c.arg("chroot").arg(r).arg(&self.inner_exe);
-                c
-            }
-        };
-        c.args(args);
+        let argv = self.argv();
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..]).args(args);
         c
     }
 
@@ -201,7 +212,7 @@ pub fn interpreter(name: &str) -> Option<PathBuf> {
 }
 
 pub fn workload_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/workload.py")
+    Path::new(PY_CRATE).join("tests/py/workload.py")
 }
 
 /// A running workload, killed on drop.

@@ -20,7 +20,7 @@ use crate::signal::sys;
 use crate::storage::{CallTraceStorage, DROPPED_TRACE_ID};
 use crate::threads::thread_name;
 use crate::wall;
-use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
+use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample, TIMESTAMP_LABEL};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::*;
 
@@ -35,6 +35,9 @@ pub struct Key {
     local_root_span_id: u64,
     tags: [u32; TAG_SLOTS],
     state: u16,
+    /// CLOCK_MONOTONIC ns of the sample with a timeline (one entry per
+    /// sample), else 0 (samples merged).
+    at_ns: u64,
 }
 
 /// Flag of stack ids the aggregator interned itself (stacks taken off the
@@ -60,6 +63,9 @@ pub struct Kinds {
     pub wall: bool,
     /// `alloc-samples/count`, `alloc-space/bytes`, `inuse-space/bytes`.
     pub alloc: bool,
+    /// Each CPU and wall sample keeps its time (`TIMESTAMP_LABEL`), for
+    /// backends that draw timelines: one pprof sample per sample taken.
+    pub timeline: bool,
 }
 
 /// Stacks the aggregator holds itself, by [`OWN_STACK`] id.
@@ -140,9 +146,9 @@ impl Aggregator {
         }
     }
 
-    /// Drains every ring; recycles retired records once drained.
+    /// Drains every ring that got samples; recycles retired records once drained.
     pub fn drain(&mut self, reg: &Registry) {
-        reg.for_each_active(|idx, rec| {
+        reg.for_each_dirty(|idx, rec| {
             let retired = rec.state() == RecordState::Retired;
             // A retired record's tid is already 0: its samples still name the thread.
             let mut tid = rec.tid.load(Relaxed);
@@ -202,6 +208,7 @@ impl Aggregator {
             local_root_span_id: s.local_root_span_id,
             tags: s.tags,
             state: s.state,
+            at_ns: if self.kinds.timeline && s.kind() != SampleKind::Alloc { s.timestamp_ns } else { 0 },
         };
         self.add_keyed(key, s.kind(), s.value, s.count);
         if s.kind() == SampleKind::Alloc && s.addr != 0 {
@@ -247,7 +254,8 @@ impl Aggregator {
             self.note_threads(&[tid]);
         }
         let trace_id = self.own.intern(frames, truncated);
-        let key = Key { trace_id, tid, span_id, local_root_span_id, tags, state };
+        let at_ns = if self.kinds.timeline { sys::monotonic_ns() } else { 0 };
+        let key = Key { trace_id, tid, span_id, local_root_span_id, tags, state, at_ns };
         self.add_keyed(key, kind, value, count);
     }
 
@@ -397,6 +405,11 @@ impl Aggregator {
 
     fn labels(&self, key: &Key) -> Vec<Label> {
         let mut labels = thread_labels(key.tid, self.names.get(&key.tid));
+        if key.at_ns != 0 {
+            // Monotonic to wall clock, at the offset of the current period's start.
+            let at = self.start_realtime_ns as i64 + (key.at_ns as i64 - self.start_mono_ns as i64);
+            labels.push(Label { key: TIMESTAMP_LABEL.into(), value: LabelValue::Num(at) });
+        }
         if let Some(state) = wall::state::label(key.state) {
             labels.push(Label { key: "state".into(), value: LabelValue::Str(state) });
         }

@@ -18,7 +18,7 @@ use crate::record::{SampleKind, RING_CAPACITY};
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::CallTraceStorage;
-use crate::{threads, unwind_tables};
+use crate::{takeover, threads, unwind_tables};
 use osprey_pprof as pprof;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -47,8 +47,10 @@ pub(crate) struct Agent {
     pub thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub dispositions: Vec<Installed>,
     /// The unwind-table tracker, taken by the collector thread when it starts
-    /// (`None` after fork: the child's collector starts a fresh one).
+    /// (`None` after fork, or when deferred: the collector builds one).
     pub tracker: Mutex<Option<osprey_unwind::scan::Tracker>>,
+    /// Without a tracker: how long after start the collector builds one.
+    pub tables_after: std::time::Duration,
 }
 
 /// Starts the collector thread of `agent`; returns once it has registered
@@ -69,7 +71,8 @@ fn run(agent: &'static Agent) {
     let storage = agent.storage;
     let cfg = &agent.cfg;
     let mut discovery = Discovery::default();
-    let mut aggregator = Aggregator::new(Kinds { wall: cfg.wall, alloc: cfg.alloc });
+    let timeline = cfg.upload.as_ref().is_some_and(|u| u.timeline);
+    let mut aggregator = Aggregator::new(Kinds { wall: cfg.wall, alloc: cfg.alloc, timeline });
     // In a forked child there is no tracker: the parent's published tables
     // stay valid here (same mappings), and a new tracker is built only once
     // the child has lived a while, so short-lived children (a shell's
@@ -85,13 +88,14 @@ fn run(agent: &'static Agent) {
     let now = Instant::now();
     let drain_interval = drain_interval(cfg);
     let (mut next_scan, mut next_drain, mut next_flush) = (now, now + drain_interval, now + cfg.period);
+    let mut next_takeover_check = now + TAKEOVER_CHECK;
     // Wall time: blocked threads sampled here, running ones through their CPU clocks.
     let mut wall = cfg.wall.then(|| crate::wall::sampler::Sampler::new(cfg.wall_hz, cfg.wall_threads));
     let mut next_wall = now;
     loop {
         match &mut tables {
             Some(t) => unwind_tables::refresh(t),
-            None if born.elapsed() >= FORKED_TABLES_AFTER => tables = Some(unwind_tables::fresh()),
+            None if born.elapsed() >= agent.tables_after => tables = Some(unwind_tables::fresh()),
             None => {}
         }
         let now = Instant::now();
@@ -124,6 +128,10 @@ fn run(agent: &'static Agent) {
             aggregator.drain(reg);
             next_drain = now + drain_interval;
         }
+        if now >= next_takeover_check {
+            takeover::check_dispositions();
+            next_takeover_check = now + TAKEOVER_CHECK;
+        }
         let (stop, flush_now) = {
             let g = lock.lock().unwrap_or_else(|e| e.into_inner());
             (g.stop, g.flush_requested)
@@ -141,7 +149,7 @@ fn run(agent: &'static Agent) {
             cv.notify_all();
             next_flush = Instant::now() + cfg.period;
         }
-        let mut wake = next_scan.min(next_drain).min(next_flush);
+        let mut wake = next_scan.min(next_drain).min(next_flush).min(next_takeover_check);
         if wall.is_some() {
             wake = wake.min(next_wall);
         }
@@ -164,9 +172,12 @@ fn run(agent: &'static Agent) {
     }
 }
 
+/// How often the collector checks that osprey's signals are still its own.
+const TAKEOVER_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long a forked child's collector runs on its parent's unwind tables
 /// before building its own (which follows its `dlopen`s).
-const FORKED_TABLES_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const FORKED_TABLES_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How often the sample rings are drained: the configured interval, or
 /// sooner at high rates, so a busy thread's ring (`RING_CAPACITY` records)

@@ -3,8 +3,8 @@
 //! handler does). Atomics only, on memory mapped before handlers run.
 
 use super::{Registry, GLOBAL, MAX_SEGMENTS};
-use crate::record::{Origin, Record, RecordState};
-use std::sync::atomic::{AtomicU32, Ordering::*};
+use crate::record::{Origin, Record, RecordState, SampleRecord};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
 impl Registry {
     /// The process registry if it exists. Signal-safe (one atomic load).
@@ -52,6 +52,32 @@ impl Registry {
         Some(unsafe { &*self.depth_table.add(t) })
     }
 
+    /// Marks record `index` for the collector's next drain. Signal-safe.
+    #[inline]
+    pub fn mark_dirty(&self, index: usize) {
+        if let Some(w) = self.dirty_word(index / 64) {
+            w.fetch_or(1 << (index % 64), Release);
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn dirty_word(&self, i: usize) -> Option<&AtomicU64> {
+        // SAFETY: i < dirty_words, table mapped for dirty_words words.
+        (i < self.dirty_words).then(|| unsafe { &*self.dirty.add(i) })
+    }
+
+    /// Pushes `sample` on the ring of record `index` (`rec`), counting it
+    /// as lost when the ring is full, and marks the record for draining.
+    /// Signal-safe; the caller is the ring's one producer (its thread, with
+    /// the sampling signal blocked or inside the handler).
+    #[inline]
+    pub fn push_sample(&self, index: usize, rec: &Record, sample: &SampleRecord) {
+        if !rec.ring.push(sample) {
+            rec.ring_overflow.fetch_add(1, Relaxed);
+        }
+        self.mark_dirty(index);
+    }
+
     /// Record index registered for `tid`. Signal-safe.
     #[inline]
     pub fn lookup(&self, tid: i32) -> Option<(usize, &'static Record)> {
@@ -82,6 +108,7 @@ impl Registry {
         rec.origin.store(origin as u32, Relaxed);
         rec.registered_ns.store(now_ns, Relaxed);
         rec.state.store(RecordState::Claimed as u32, Release);
+        self.changes.fetch_add(1, Relaxed);
         if slot.compare_exchange(0, idx + 1, AcqRel, Acquire).is_err() {
             // A stale entry for a reused tid: the old owner is dead (its tid is ours now).
             let old = slot.load(Acquire);
@@ -89,6 +116,7 @@ impl Registry {
                 if old_rec.tid.load(Relaxed) == tid {
                     old_rec.tid.store(0, Relaxed);
                     old_rec.state.store(RecordState::Retired as u32, Release);
+                    self.mark_dirty((old - 1) as usize);
                 }
             }
             slot.store(idx + 1, Release);

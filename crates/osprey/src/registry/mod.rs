@@ -21,6 +21,11 @@
 //!   `claim`: CAS from 0).
 //! - Records are never unmapped; a retired record goes back to the free list
 //!   only after the collector drained its sample ring (`recycle`).
+//! - A record whose ring holds samples not yet drained, or that is retired
+//!   and not yet recycled, has its `dirty` bit set: producers set it
+//!   (Release) after pushing, the collector clears it (Acquire swap) before
+//!   draining, so a push that races the drain sets it again and is seen by
+//!   the next drain.
 //! - The free list is a Treiber stack whose head packs `(tag << 32) | (index + 1)`;
 //!   every successful CAS bumps the tag, so a head that was popped and pushed
 //!   back in between (ABA) fails the CAS.
@@ -45,6 +50,14 @@ pub struct Registry {
     tid_table: *const AtomicU32,
     /// Per-tid nesting depth of osprey signal handlers (see `handler_depth`).
     depth_table: *const AtomicU32,
+    /// One bit per record index: its ring got a sample, or it was retired,
+    /// since the collector last drained it (see `push_sample`, `for_each_dirty`).
+    dirty: *const AtomicU64,
+    /// Words in `dirty` (covers `MAX_SEGMENTS * segment_len` records).
+    dirty_words: usize,
+    /// Bumped at every claim and retire: discovery skips its full scan while
+    /// this and the thread count stay the same.
+    pub changes: AtomicU64,
     tid_limit: usize,
     /// Samples that arrived on a thread without a record (pool exhausted, or not primed yet).
     pub dropped_unregistered: AtomicU64,

@@ -36,15 +36,21 @@ impl Registry {
             + 1;
         let tid_table = map_zeroed(tid_limit * 4)? as *const AtomicU32;
         let depth_table = map_zeroed(tid_limit * 4)? as *const AtomicU32;
+        let segment_len = cfg.capacity.max(1);
+        let dirty_words = (MAX_SEGMENTS * segment_len).div_ceil(64);
+        let dirty = map_zeroed(dirty_words * 8)? as *const AtomicU64;
         let r = Registry {
             segments: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_SEGMENTS],
             nsegments: AtomicUsize::new(0),
-            segment_len: cfg.capacity.max(1),
+            segment_len,
             growable: cfg.growable,
             free_head: AtomicU64::new(0),
             free_count: AtomicUsize::new(0),
             tid_table,
             depth_table,
+            dirty,
+            dirty_words,
+            changes: AtomicU64::new(0),
             tid_limit,
             dropped_unregistered: AtomicU64::new(0),
             exhausted: AtomicU64::new(0),
@@ -128,6 +134,8 @@ impl Registry {
         // A zero tid tells writer-side caches (`context`) the record is no longer theirs.
         rec.tid.store(0, Release);
         rec.state.store(RecordState::Retired as u32, Release);
+        self.changes.fetch_add(1, Relaxed);
+        self.mark_dirty(idx);
         true
     }
 
@@ -152,6 +160,30 @@ impl Registry {
         rec.wall_pending_ns.store(0, Relaxed);
         rec.context.reset();
         self.push_free(index as u32);
+    }
+
+    /// Visits the records marked since the last call (samples pushed, or
+    /// retired), clearing their marks first: what the collector drains.
+    /// Costs one load per 64 records plus the marked ones, so idle threads
+    /// cost nothing.
+    pub fn for_each_dirty(&self, mut f: impl FnMut(usize, &'static Record)) {
+        let words = self.capacity().div_ceil(64).min(self.dirty_words);
+        for w in 0..words {
+            let Some(word) = self.dirty_word(w) else { break };
+            if word.load(Relaxed) == 0 {
+                continue;
+            }
+            let mut bits = word.swap(0, Acquire);
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if let Some(r) = self.record(i) {
+                    if r.state() != RecordState::Free {
+                        f(i, r);
+                    }
+                }
+            }
+        }
     }
 
     /// Visits every record index that is not free.

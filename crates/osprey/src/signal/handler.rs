@@ -86,10 +86,8 @@ pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t
             kind: SampleKind::Cpu as u16,
             state: 0,
         };
-        if !rec.ring.push(&sample) {
-            rec.ring_overflow.fetch_add(1, Relaxed);
-        }
-        wall::record_pending(rec, &sample);
+        reg.push_sample(slot, rec, &sample);
+        wall::record_pending(reg, slot, rec, &sample);
     });
     rec.samples.fetch_add(1, Relaxed);
 }

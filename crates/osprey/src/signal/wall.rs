@@ -10,6 +10,7 @@
 
 use super::state::STATE;
 use crate::record::{Record, SampleKind, SampleRecord};
+use crate::registry::Registry;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// The `state` of a wall sample of a running thread (`wall::state::RUNNING`;
@@ -17,10 +18,11 @@ use std::sync::atomic::Ordering::Relaxed;
 pub const WALL_RUNNING: u16 = 1;
 
 /// Pushes the thread's pending running wall time, if any, as a wall record
-/// sharing `cpu`'s stack and context. Time that finds the ring full stays
-/// pending for the next sample.
+/// sharing `cpu`'s stack and context, on the ring of record `slot` (`rec`),
+/// and marks it for draining. Time that finds the ring full stays pending
+/// for the next sample.
 #[inline(always)]
-pub(super) fn record_pending(rec: &Record, cpu: &SampleRecord) {
+pub(super) fn record_pending(reg: &Registry, slot: usize, rec: &Record, cpu: &SampleRecord) {
     // Load first: most samples find nothing pending, and a swap would write.
     if rec.wall_pending_ns.load(Relaxed) == 0 {
         return;
@@ -31,6 +33,7 @@ pub(super) fn record_pending(rec: &Record, cpu: &SampleRecord) {
     }
     let wall = SampleRecord { value: ns, kind: SampleKind::Wall as u16, state: WALL_RUNNING, ..*cpu };
     if rec.ring.push(&wall) {
+        reg.mark_dirty(slot);
         STATE.wall_records.fetch_add(1, Relaxed);
     } else {
         rec.wall_pending_ns.fetch_add(ns, Relaxed);

@@ -1,0 +1,165 @@
+//! Layouts of the general objects the thread-name lookup reads
+//! (`sys.modules`, modules, `dict`s, instance attributes, `int`s), per
+//! minor version, x86-64 default (GIL) builds. 3.8–3.12: tables computed
+//! with `offsetof` against each version's headers (`tests/layout_and_errors.rs`
+//! recomputes them); 3.13+: the table, overridden by what `_Py_DebugOffsets`
+//! publishes ([`ObjectLayout::apply_debug_offsets`]).
+
+use crate::debug_offsets::DebugOffsets;
+
+/// How a dict's keys object (`PyDictKeysObject`) describes its table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DictKeys {
+    /// 3.8–3.10: `dk_size` (8), `dk_nentries` (32), indices at 40 (1, 2, 4
+    /// or 8 bytes each by size); every entry is {hash, key, value}.
+    Sized,
+    /// 3.11+: `dk_log2_size` (8), `dk_log2_index_bytes` (9), `dk_kind` (10),
+    /// `dk_nentries` (24), indices at 32; entries {hash, key, value} for
+    /// general keys, {key, value} for unicode and split keys.
+    Log2,
+}
+
+/// Where an instance of a class keeps its attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstanceDict {
+    /// 3.8–3.10: a dict pointer at the type's `tp_dictoffset`.
+    TypeOffset,
+    /// 3.11 (`Py_TPFLAGS_MANAGED_DICT`): values pointer at -32, dict
+    /// pointer at -24, before the object.
+    ValuesOrDict,
+    /// 3.12: one word at -24: a dict, or (low bit set) values pointer - 1.
+    Tagged,
+    /// 3.13+: a dict pointer at -24, else (`Py_TPFLAGS_INLINE_VALUES`) the
+    /// values inline after the object, at `tp_basicsize`.
+    Inline,
+}
+
+/// How an `int` stores its sign and digit count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LongHeader {
+    /// Before 3.12: `ob_size` = sign * number of digits.
+    SignedSize,
+    /// 3.12+: `lv_tag` = digits << 3 | sign (0 positive, 1 zero, 2 negative).
+    Tagged,
+}
+
+/// `Py_TPFLAGS_INLINE_VALUES` (3.13+).
+pub const TPFLAGS_INLINE_VALUES: u64 = 1 << 2;
+/// `Py_TPFLAGS_MANAGED_DICT` (3.11+).
+pub const TPFLAGS_MANAGED_DICT: u64 = 1 << 4;
+
+/// Offsets (bytes) of the object fields the thread-name lookup reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectLayout {
+    /// `modules` (3.8–3.11) or `imports.modules` (3.12+): `sys.modules`, in
+    /// `PyInterpreterState`.
+    pub interp_modules: u64,
+    /// `sysdict` (the `sys` module's dict) in `PyInterpreterState`.
+    pub interp_sysdict: u64,
+    /// `md_dict` in `PyModuleObject` (right after the object header).
+    pub module_dict: u64,
+    /// `ma_keys` in `PyDictObject`.
+    pub dict_keys: u64,
+    /// `ma_values` in `PyDictObject` (NULL for a combined table).
+    pub dict_values: u64,
+    /// The keys object's format.
+    pub keys: DictKeys,
+    /// Where the values array starts in what a values pointer points to
+    /// (0 before 3.13; 8 from 3.13, after `capacity, size, embedded, valid`).
+    pub values_array: u64,
+    /// `tp_flags` in `PyTypeObject`.
+    pub type_flags: u64,
+    /// `tp_basicsize` in `PyTypeObject`.
+    pub type_basicsize: u64,
+    /// `tp_dictoffset` in `PyTypeObject`.
+    pub type_dictoffset: u64,
+    /// `ht_cached_keys` (the shared keys of instances) in `PyHeapTypeObject`.
+    pub heap_type_cached_keys: u64,
+    /// Where instances keep their attributes.
+    pub instance_dict: InstanceDict,
+    /// How an `int` stores sign and size.
+    pub long_header: LongHeader,
+    /// `ob_size` / `lv_tag` in `PyLongObject`.
+    pub long_size: u64,
+    /// `ob_digit` (30-bit digits in `uint32_t`s) in `PyLongObject`.
+    pub long_digits: u64,
+}
+
+impl ObjectLayout {
+    /// The table for 3.`minor` (3.8+; newer than 3.15: the 3.15 values, to
+    /// be overridden by the published ones).
+    pub fn for_version(minor: u32) -> ObjectLayout {
+        let (interp_modules, interp_sysdict, heap_type_cached_keys) = match minor {
+            ..=8 => (56, 72, 872),
+            9 => (856, 872, 864),
+            10 => (856, 872, 872),
+            11 => (888, 904, 872),
+            12 => (944, 352, 880),
+            13 => (7656, 7640, 880),
+            14 => (7688, 7672, 880),
+            _ => (7592, 7576, 888),
+        };
+        ObjectLayout {
+            interp_modules,
+            interp_sysdict,
+            module_dict: 16,
+            dict_keys: 32,
+            dict_values: 40,
+            keys: if minor <= 10 { DictKeys::Sized } else { DictKeys::Log2 },
+            values_array: if minor <= 12 { 0 } else { 8 },
+            type_flags: 168,
+            type_basicsize: 32,
+            type_dictoffset: 288,
+            heap_type_cached_keys,
+            instance_dict: match minor {
+                ..=10 => InstanceDict::TypeOffset,
+                11 => InstanceDict::ValuesOrDict,
+                12 => InstanceDict::Tagged,
+                _ => InstanceDict::Inline,
+            },
+            long_header: if minor <= 11 { LongHeader::SignedSize } else { LongHeader::Tagged },
+            long_size: 16,
+            long_digits: 24,
+        }
+    }
+
+    /// Takes the offsets `d` publishes (3.13+) over the table's, each one
+    /// only if it lies inside the size its group declares.
+    pub fn apply_debug_offsets(&mut self, d: &DebugOffsets) {
+        let inside = |field: &str, width: u64| -> Option<u64> {
+            let group = field.split('.').next()?;
+            let size = d.get(&format!("{group}.size"))?;
+            let v = d.get(field)?;
+            (v + width <= size).then_some(v)
+        };
+        let set = |dst: &mut u64, field: &str, width: u64| {
+            if let Some(v) = inside(field, width) {
+                *dst = v;
+            }
+        };
+        set(&mut self.interp_modules, "interpreter_state.imports_modules", 8);
+        set(&mut self.interp_sysdict, "interpreter_state.sysdict", 8);
+        set(&mut self.dict_keys, "dict_object.ma_keys", 8);
+        set(&mut self.dict_values, "dict_object.ma_values", 8);
+        set(&mut self.type_flags, "type_object.tp_flags", 8);
+        set(&mut self.type_basicsize, "type_object.tp_basicsize", 8);
+        set(&mut self.type_dictoffset, "type_object.tp_dictoffset", 8);
+        set(&mut self.heap_type_cached_keys, "heap_type_object.ht_cached_keys", 8);
+        set(&mut self.long_size, "long_object.lv_tag", 8);
+        set(&mut self.long_digits, "long_object.ob_digit", 4);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_differ_where_cpython_changed() {
+        assert_eq!(ObjectLayout::for_version(10).keys, DictKeys::Sized);
+        assert_eq!(ObjectLayout::for_version(11).keys, DictKeys::Log2);
+        assert_eq!(ObjectLayout::for_version(12).long_header, LongHeader::Tagged);
+        assert_eq!(ObjectLayout::for_version(13).values_array, 8);
+        assert_eq!(ObjectLayout::for_version(16), ObjectLayout::for_version(15));
+    }
+}

@@ -1,0 +1,272 @@
+//! Reading general Python objects in the target, per the version's
+//! [`ObjectLayout`]: `str` (compact ASCII, latin-1, UCS-2, UCS-4), small
+//! non-negative `int`s, and `dict`s (combined and split tables, and the
+//! managed dicts and inline values of instances).
+//!
+//! Invariants: the target runs while it is read, so nothing read is
+//! trusted. Every size is range-checked before it sizes a read; a [`Reader`]
+//! does at most its budget of reads, strings are cut at [`MAX_STR`]
+//! characters and tables at [`MAX_ENTRIES`] entries; a `str` or `dict`
+//! whose type is not `str` or `dict` is an error, never a guess.
+
+use std::cell::Cell;
+use std::io;
+
+use crate::object_layout::{DictKeys, InstanceDict, LongHeader, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT};
+use crate::process::{rd_u32, rd_u64};
+use crate::target::Target;
+
+/// Characters of a `str` read at most (longer ones are cut).
+pub const MAX_STR: usize = 256;
+/// Entries of a dict table read at most (a larger table is an error).
+pub const MAX_ENTRIES: u64 = 4096;
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+/// (key, value) object addresses of a dict's live entries, in table order.
+pub type Entries = Vec<(u64, u64)>;
+
+/// Reads objects of one target, counting reads against a budget.
+pub struct Reader<'a> {
+    t: &'a Target,
+    reads: Cell<u32>,
+    budget: u32,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader that fails once it has done `budget` reads.
+    pub fn new(t: &'a Target, budget: u32) -> Self {
+        Reader { t, reads: Cell::new(0), budget }
+    }
+
+    /// The target read.
+    pub fn target(&self) -> &'a Target {
+        self.t
+    }
+
+    /// Reads done so far.
+    pub fn reads(&self) -> u32 {
+        self.reads.get()
+    }
+
+    fn read(&self, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+        if self.reads.get() >= self.budget {
+            return Err(bad("read budget spent"));
+        }
+        self.reads.set(self.reads.get() + 1);
+        self.t.mem.read_vec(addr, len)
+    }
+
+    /// The pointer-sized word at `addr`.
+    pub fn u64(&self, addr: u64) -> io::Result<u64> {
+        Ok(rd_u64(&self.read(addr, 8)?, 0))
+    }
+
+    /// Is the type word of `hdr` (an object's first bytes) `want`, if known?
+    fn type_is(&self, hdr: &[u8], want: Option<u64>) -> bool {
+        want.is_none_or(|w| rd_u64(hdr, self.t.layout.object_type as usize) == w)
+    }
+
+    /// The `str` at `addr`, cut at [`MAX_STR`] characters.
+    pub fn str(&self, addr: u64) -> io::Result<String> {
+        let l = &self.t.layout;
+        let hdr = self.read(addr, l.unicode_compact_size as usize)?;
+        if !self.type_is(&hdr, self.t.unicode_type) {
+            return Err(bad("not a str"));
+        }
+        let len = (rd_u64(&hdr, l.unicode_length as usize) as usize).min(MAX_STR);
+        let state = rd_u32(&hdr, l.unicode_state as usize);
+        let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
+        if !compact {
+            return Err(bad("not a compact str"));
+        }
+        if ascii {
+            let b = self.read(addr + l.unicode_ascii_size, len)?;
+            return if b.is_ascii() { Ok(String::from_utf8_lossy(&b).into_owned()) } else { Err(bad("not ASCII")) };
+        }
+        let b = self.read(addr + l.unicode_compact_size, len * kind as usize)?;
+        let chars: Option<String> = match kind {
+            1 => Some(b.iter().map(|&c| c as char).collect()),
+            2 => b.chunks_exact(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32)).collect(),
+            4 => b.chunks_exact(4).map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+            _ => None,
+        };
+        chars.ok_or_else(|| bad("bad str"))
+    }
+
+    /// Is the object at `addr` the ASCII `str` `name`? One read.
+    pub fn str_is(&self, addr: u64, name: &str) -> bool {
+        let l = &self.t.layout;
+        let Ok(b) = self.read(addr, l.unicode_ascii_size as usize + name.len()) else { return false };
+        let state = rd_u32(&b, l.unicode_state as usize);
+        self.type_is(&b, self.t.unicode_type)
+            && (state >> 5) & 3 == 3
+            && rd_u64(&b, l.unicode_length as usize) == name.len() as u64
+            && &b[l.unicode_ascii_size as usize..] == name.as_bytes()
+    }
+
+    /// The non-negative `int` at `addr`, up to 60 bits (two digits: a
+    /// thread ident, a pointer, fits).
+    pub fn long(&self, addr: u64) -> io::Result<u64> {
+        let o = &self.t.layout.objects;
+        let b = self.read(addr, (o.long_digits + 8) as usize)?;
+        if !self.type_is(&b, self.t.long_type) {
+            return Err(bad("not an int"));
+        }
+        let size = rd_u64(&b, o.long_size as usize);
+        let ndigits = match o.long_header {
+            LongHeader::SignedSize if (size as i64) < 0 => return Err(bad("negative int")),
+            LongHeader::SignedSize => size,
+            LongHeader::Tagged if size & 3 == 2 => return Err(bad("negative int")),
+            LongHeader::Tagged => size >> 3,
+        };
+        if ndigits > 2 {
+            return Err(bad("int too large"));
+        }
+        let digit = |i: usize| (rd_u32(&b, o.long_digits as usize + 4 * i) & 0x3fff_ffff) as u64;
+        Ok((0..ndigits as usize).map(|i| digit(i) << (30 * i)).sum())
+    }
+
+    /// The live entries of the dict at `addr`.
+    pub fn dict(&self, addr: u64) -> io::Result<Entries> {
+        let o = &self.t.layout.objects;
+        let hdr = self.read(addr, (o.dict_keys.max(o.dict_values) + 8) as usize)?;
+        if !self.type_is(&hdr, self.t.dict_type) {
+            return Err(bad("not a dict"));
+        }
+        let values = rd_u64(&hdr, o.dict_values as usize);
+        self.table(rd_u64(&hdr, o.dict_keys as usize), (values != 0).then_some(values))
+    }
+
+    /// The live entries of keys object `keys`, their values from the split
+    /// values `values` (what `ma_values` points to) when given.
+    fn table(&self, keys: u64, values: Option<u64>) -> io::Result<Entries> {
+        let o = &self.t.layout.objects;
+        // (entries address, entries, entry size, key offset in an entry)
+        let (base, n, esize, key_at) = match o.keys {
+            DictKeys::Sized => {
+                let h = self.read(keys, 40)?;
+                let (size, n) = (rd_u64(&h, 8), rd_u64(&h, 32));
+                if !size.is_power_of_two() || size > 1 << 30 || n > size {
+                    return Err(bad("torn dict keys"));
+                }
+                let ix = match size {
+                    0..=0xff => 1,
+                    0x100..=0xffff => 2,
+                    0x1_0000..=0xffff_ffff => 4,
+                    _ => 8,
+                };
+                (keys + 40 + size * ix, n, 24, 8)
+            }
+            DictKeys::Log2 => {
+                let h = self.read(keys, 32)?;
+                let (log2, log2_ix, kind, n) = (h[8] as u64, h[9] as u64, h[10], rd_u64(&h, 24));
+                if !(3..=30).contains(&log2) || !(log2..=log2 + 3).contains(&log2_ix) || kind > 2 || n > 1 << log2 {
+                    return Err(bad("torn dict keys"));
+                }
+                let (esize, key_at) = if kind == 0 { (24, 8) } else { (16, 0) };
+                (keys + 32 + (1 << log2_ix), n, esize, key_at)
+            }
+        };
+        if n > MAX_ENTRIES {
+            return Err(bad("dict too large"));
+        }
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let e = self.read(base, (n * esize) as usize)?;
+        let vals = match values {
+            None => None,
+            Some(v) => {
+                let pre = o.values_array;
+                let b = self.read(v, (pre + n * 8) as usize)?;
+                // 3.13+: `capacity` is the values array's length.
+                if pre > 0 && (b[0] as u64) < n {
+                    return Err(bad("split values shorter than the keys"));
+                }
+                Some(b[pre as usize..].to_vec())
+            }
+        };
+        let out = (0..n as usize)
+            .map(|i| {
+                let key = rd_u64(&e, i * esize as usize + key_at);
+                let value = match &vals {
+                    Some(v) => rd_u64(v, 8 * i),
+                    None => rd_u64(&e, i * esize as usize + key_at + 8),
+                };
+                (key, value)
+            })
+            .filter(|&(k, v)| k != 0 && v != 0)
+            .collect();
+        Ok(out)
+    }
+
+    /// The attributes (`__dict__` entries) of the instance at `obj`.
+    pub fn attrs(&self, obj: u64) -> io::Result<Entries> {
+        let o = &self.t.layout.objects;
+        let ty = self.u64(obj + self.t.layout.object_type)?;
+        let tb = self.read(ty, (o.type_flags.max(o.type_basicsize).max(o.type_dictoffset) + 8) as usize)?;
+        let flags = rd_u64(&tb, o.type_flags as usize);
+        if o.instance_dict == InstanceDict::TypeOffset || flags & TPFLAGS_MANAGED_DICT == 0 {
+            let off = rd_u64(&tb, o.type_dictoffset as usize) as i64;
+            if off <= 0 || off > 1 << 16 {
+                return Err(bad("no instance dict"));
+            }
+            return self.dict(self.u64(obj + off as u64)?);
+        }
+        let cached = || self.u64(ty + o.heap_type_cached_keys);
+        match o.instance_dict {
+            InstanceDict::TypeOffset => unreachable!("handled above"),
+            InstanceDict::ValuesOrDict => {
+                let pre = self.read(obj - 32, 16)?;
+                let (values, dict) = (rd_u64(&pre, 0), rd_u64(&pre, 8));
+                if values != 0 {
+                    return self.table(cached()?, Some(values));
+                }
+                self.dict(dict)
+            }
+            InstanceDict::Tagged => {
+                let dorv = self.u64(obj - 24)?;
+                if dorv & 1 == 1 {
+                    return self.table(cached()?, Some(dorv + 1));
+                }
+                self.dict(dorv)
+            }
+            InstanceDict::Inline => {
+                let dict = self.u64(obj - 24)?;
+                if dict != 0 {
+                    return self.dict(dict);
+                }
+                if flags & TPFLAGS_INLINE_VALUES == 0 {
+                    return Err(bad("no instance dict"));
+                }
+                let basic = rd_u64(&tb, o.type_basicsize as usize);
+                if !(16..=1 << 16).contains(&basic) {
+                    return Err(bad("bad tp_basicsize"));
+                }
+                let values = obj + basic;
+                // `valid` (byte 3): the inline values hold the attributes.
+                if self.read(values, 4)?[3] == 0 {
+                    return Err(bad("inline values invalidated"));
+                }
+                self.table(cached()?, Some(values))
+            }
+        }
+    }
+
+    /// The value of key `name` (an ASCII `str`) among `entries`. `hint` is
+    /// the key object found last time (attribute names are interned, so the
+    /// same object): it is checked first, and updated.
+    pub fn find(&self, entries: &[(u64, u64)], name: &str, hint: &mut u64) -> Option<u64> {
+        if let Some(&(k, v)) = entries.iter().find(|e| e.0 == *hint) {
+            if self.str_is(k, name) {
+                return Some(v);
+            }
+        }
+        let &(k, v) = entries.iter().find(|e| e.0 != *hint && self.str_is(e.0, name))?;
+        *hint = k;
+        Some(v)
+    }
+}
