@@ -124,6 +124,9 @@ fn run(agent: &'static Agent) {
             });
             next_wall = Instant::now() + w.until_due();
         }
+        if wall.as_ref().is_some_and(|w| w.is_stopped()) {
+            wall = None;
+        }
         if now >= next_drain {
             aggregator.drain(reg);
             next_drain = now + drain_interval;

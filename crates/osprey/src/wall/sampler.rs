@@ -141,6 +141,11 @@ impl Sampler {
         }
     }
 
+    /// Whether sampling stopped for good (a kernel interface failed).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
     /// Time until the next tick is due.
     pub fn until_due(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(self.due_ns.saturating_sub(sys::monotonic_ns()))
