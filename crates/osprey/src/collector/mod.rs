@@ -56,12 +56,7 @@ pub(crate) struct Agent {
 /// Starts the collector thread of `agent`; returns once it has registered
 /// itself as internal (never primed, never sampled).
 pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = threads::spawn_internal("osprey-collect", move || {
-        let _ = tx.send(());
-        run(agent);
-    })?;
-    let _ = rx.recv();
+    let h = threads::spawn_internal("osprey-collect", move || run(agent))?;
     *agent.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
     Ok(())
 }
