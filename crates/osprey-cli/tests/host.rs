@@ -280,8 +280,15 @@ fn start_ending(
         .unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
-    let pid = child.id();
+    // The program is osprey's child: its main thread's CPU time.
+    let cli = child.id();
+    let program = || {
+        std::fs::read_to_string(format!("/proc/{cli}/task/{cli}/children"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+    };
     let cpu = || {
+        let Some(pid) = program() else { return 0 };
         std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
             .ok()
             .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())

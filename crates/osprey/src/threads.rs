@@ -156,8 +156,8 @@ pub fn current_or_register() -> Option<&'static Record> {
 
 /// Starts one of osprey's own threads (the collector, the shutdown thread).
 ///
-/// Invariant: it runs with every asynchronous signal blocked from its first
-/// instruction (the mask is inherited from the creator, set around the spawn)
+/// Returns once the thread has made itself internal. Invariant: it runs
+/// with every asynchronous signal blocked from its first instruction (the mask is inherited from the creator, set around the spawn)
 /// and is forgotten by the registry before `f` runs. So a process-directed
 /// signal (`kill(pid, SIGUSR1)`, a terminal's SIGINT) always reaches a thread
 /// of the program: a handler that runs on an osprey thread can lose it (dash
@@ -181,13 +181,19 @@ pub(crate) fn spawn_internal<T: Send + 'static>(
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &faults, core::ptr::null_mut());
     }
     SPAWNER.store(sys::gettid(), SeqCst);
+    let (known, internal) = std::sync::mpsc::sync_channel(1);
     let h = std::thread::Builder::new().name(name.into()).spawn(move || {
         forget_current();
+        let _ = known.send(());
         f()
     });
     SPAWNER.store(0, SeqCst);
     drop(blocked);
-    h
+    // Returns once the thread is known to be osprey's: no scan or clock
+    // check after this counts it as an unregistered thread of the program.
+    let h = h?;
+    let _ = internal.recv();
+    Ok(h)
 }
 
 /// The thread inside [`spawn_internal`] (0: none).

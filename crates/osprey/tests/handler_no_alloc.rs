@@ -2,7 +2,9 @@
 //! it is called while the current thread is inside an osprey signal handler.
 //! The profiler runs at a high rate over threads that allocate constantly,
 //! with a priming-signal storm on top, while a library is loaded and
-//! unloaded (unwind tables republished). A negative control checks the guard.
+//! unloaded (unwind tables republished), with wall-time sampling on (running
+//! threads' wall time recorded by their sampling handlers). A negative
+//! control checks the guard.
 //!
 //! The guarded allocator is wrapped in `osprey::alloc::Sampling` and
 //! allocation profiling samples every 4 KiB: the sampled-allocation path
@@ -50,7 +52,15 @@ static A: osprey::alloc::Sampling<Guarded> = osprey::alloc::Sampling::new(Guarde
 #[test]
 fn handlers_never_allocate() {
     let dir = std::env::temp_dir().join(format!("osprey-noalloc-{}", std::process::id()));
-    let p = osprey::Profiler::builder().out_dir(&dir).hz(5000).alloc(true).alloc_interval(4096).start().unwrap();
+    let p = osprey::Profiler::builder()
+        .out_dir(&dir)
+        .hz(5000)
+        .wall(true)
+        .wall_hz(1000)
+        .alloc(true)
+        .alloc_interval(4096)
+        .start()
+        .unwrap();
     let sampled_before = osprey::internals::alloc::ALLOC.sampled.load(std::sync::atomic::Ordering::Relaxed);
     let end = Instant::now() + Duration::from_secs(2);
     let hs: Vec<_> = (0..3)
@@ -99,6 +109,9 @@ fn handlers_never_allocate() {
     // reach the threads' start.
     assert!(stats.cfi_walks * 10 >= stats.signals * 9, "CFI walks: {stats:?}");
     assert!(stats.cfi_complete * 2 >= stats.cfi_walks, "CFI walks that reach the thread start: {stats:?}");
+    // The wall path of the handler ran: pending running time recorded.
+    let wall = osprey::internals::signal::STATE.wall_records.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(wall > 100, "wall records pushed by handlers: {wall}");
 }
 
 /// The guard works: an allocation while marked in-handler aborts (checked in a forked child).

@@ -14,7 +14,7 @@ pub use aggregate::{
 use crate::config::Config;
 use crate::discovery::Discovery;
 use crate::dispositions::Installed;
-use crate::record::RING_CAPACITY;
+use crate::record::{SampleKind, RING_CAPACITY};
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::CallTraceStorage;
@@ -56,12 +56,7 @@ pub(crate) struct Agent {
 /// Starts the collector thread of `agent`; returns once it has registered
 /// itself as internal (never primed, never sampled).
 pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = threads::spawn_internal("osprey-collect", move || {
-        let _ = tx.send(());
-        run(agent);
-    })?;
-    let _ = rx.recv();
+    let h = threads::spawn_internal("osprey-collect", move || run(agent))?;
     *agent.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
     Ok(())
 }
@@ -89,6 +84,9 @@ fn run(agent: &'static Agent) {
     let drain_interval = drain_interval(cfg);
     let (mut next_scan, mut next_drain, mut next_flush) = (now, now + drain_interval, now + cfg.period);
     let mut next_takeover_check = now + TAKEOVER_CHECK;
+    // Wall time: blocked threads sampled here, running ones through their CPU clocks.
+    let mut wall = cfg.wall.then(|| crate::wall::sampler::Sampler::new(cfg.wall_hz, cfg.wall_threads));
+    let mut next_wall = now;
     loop {
         match &mut tables {
             Some(t) => unwind_tables::refresh(t),
@@ -101,6 +99,28 @@ fn run(agent: &'static Agent) {
             aggregator.note_threads(&appeared);
             reg.grow_if_low();
             next_scan = now + discovery.next_interval(cfg.scan_interval);
+        }
+        if let Some(w) = wall.as_mut().filter(|_| now >= next_wall) {
+            w.tick(reg, &mut |t| {
+                let ctx = t.context;
+                let (span, root) = (ctx.span_id, ctx.local_root_span_id);
+                aggregator.add_stack(
+                    t.tid,
+                    t.frames,
+                    t.truncated,
+                    SampleKind::Wall,
+                    t.ns,
+                    1,
+                    t.state,
+                    span,
+                    root,
+                    ctx.tags,
+                )
+            });
+            next_wall = Instant::now() + w.until_due();
+        }
+        if wall.as_ref().is_some_and(|w| w.is_stopped()) {
+            wall = None;
         }
         if now >= next_drain {
             aggregator.drain(reg);
@@ -127,7 +147,10 @@ fn run(agent: &'static Agent) {
             cv.notify_all();
             next_flush = Instant::now() + cfg.period;
         }
-        let wake = next_scan.min(next_drain).min(next_flush).min(next_takeover_check);
+        let mut wake = next_scan.min(next_drain).min(next_flush).min(next_takeover_check);
+        if wall.is_some() {
+            wake = wake.min(next_wall);
+        }
         let g = lock.lock().unwrap_or_else(|e| e.into_inner());
         if !g.stop && !g.flush_requested {
             let _ = cv.wait_timeout(g, wake.saturating_duration_since(Instant::now()));

@@ -104,6 +104,11 @@ pub struct Record {
     /// The thread's name (`comm`, NUL-padded) as it exited, so samples
     /// drained after it is gone still carry its name; zero while it lives.
     pub exit_name: [AtomicU64; 2],
+    /// Wall nanoseconds the wall sampler found this thread running for and
+    /// not yet recorded: the thread's next CPU sample records them with its
+    /// stack (`signal::wall`), so a running thread is never signalled for
+    /// wall time. Swapped to 0 by that handler or at recycling.
+    pub wall_pending_ns: AtomicU64,
     /// Frames of the last stack walked (`frames[..last_depth]`, leaf first);
     /// also the handler's work buffer, so the walk costs the interrupted
     /// stack nothing. Touched only by the owning thread (its handler, or the

@@ -13,7 +13,7 @@
 use super::arch::{timer_overrun, Regs};
 use super::state::{MAX_FRAMES, STATE};
 use super::sys::{self, ErrnoGuard};
-use super::{cfi, unwind};
+use super::{cfi, unwind, wall};
 use crate::record::{Origin, Record, SampleKind, SampleRecord};
 use crate::registry::Registry;
 use std::sync::atomic::{AtomicU32, Ordering::*};
@@ -87,6 +87,7 @@ pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t
             state: 0,
         };
         reg.push_sample(slot, rec, &sample);
+        wall::record_pending(reg, slot, rec, &sample);
     });
     rec.samples.fetch_add(1, Relaxed);
 }

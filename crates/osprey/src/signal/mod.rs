@@ -6,6 +6,7 @@
 //! | `state.rs` | [`STATE`], the process-wide state handlers read |
 //! | `cfi.rs` | the CFI walk over `osprey_unwind`'s published tables |
 //! | `unwind.rs` | the frame-pointer walk (no tables yet, or off the thread's stack) |
+//! | `wall.rs` | the running thread's pending wall time, recorded with its CPU sample |
 //! | `sys.rs` | raw system calls, clocks, the errno guard |
 //! | `shutdown.rs` | `on_terminate`: SIGINT/SIGTERM/SIGHUP, last profile, then the default action |
 //! | `alloc.rs` | the allocation sampler: countdown, sampled path (`malloc` runs it) |
@@ -38,8 +39,10 @@ pub mod shutdown;
 mod state;
 pub mod sys;
 pub mod unwind;
+mod wall;
 
 pub use handler::in_handler;
 pub use handler::on_sample;
 pub(crate) use handler::{on_prime, InFlight};
 pub use state::{HandlerState, MAX_FRAMES, STATE};
+pub use wall::WALL_RUNNING;

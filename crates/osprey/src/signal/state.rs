@@ -38,6 +38,9 @@ pub struct HandlerState {
     pub leaf_only: AtomicU64,
     /// Priming signals handled.
     pub primed: AtomicU64,
+    /// Wall records of running threads pushed by sampling handlers
+    /// (`signal::wall`).
+    pub wall_records: AtomicU64,
     /// The sampling signal's number (0 before start).
     pub sample_signal: AtomicI32,
     /// The priming signal's number (0 before start).
@@ -57,6 +60,7 @@ pub static STATE: HandlerState = HandlerState {
     cfi_complete: AtomicU64::new(0),
     leaf_only: AtomicU64::new(0),
     primed: AtomicU64::new(0),
+    wall_records: AtomicU64::new(0),
     sample_signal: AtomicI32::new(0),
     prime_signal: AtomicI32::new(0),
 };
