@@ -156,7 +156,7 @@ impl Aggregator {
             rec.ring.drain(|s| {
                 tid = s.tid;
                 if let Some(n) = &exit_name {
-                    self.names.entry(s.tid).or_insert_with(|| n.clone());
+                    self.names.insert(s.tid, n.clone());
                 }
                 self.add(s)
             });
@@ -236,7 +236,6 @@ impl Aggregator {
     /// a blocked thread, unwound by the collector): `frames` leaf first, as
     /// the handler would have stored them.
     #[allow(clippy::too_many_arguments)]
-    #[allow(dead_code)] // until the wall sampler lands
     pub fn add_stack(
         &mut self,
         tid: i32,
