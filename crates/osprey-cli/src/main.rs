@@ -43,7 +43,7 @@ pub struct Sampling {
     #[arg(long)]
     pub wall: bool,
     /// Wall-clock ticks per second (1-1000).
-    #[arg(long, default_value_t = 100, value_name = "HZ")]
+    #[arg(long, default_value_t = 20, value_name = "HZ")]
     pub wall_hz: u32,
     /// At most this many threads sampled per wall tick (1-1024).
     #[arg(long, default_value_t = 16, value_name = "N")]

@@ -65,7 +65,8 @@ fn run(mode: Mode, dir: &Path, program: &Path, args: &[&str]) -> Run {
             let mut c = Command::new(osprey());
             c.args(["exec", "--out"]).arg(&out);
             if mode == Mode::Wall {
-                c.arg("--wall");
+                // Five times the default rate: more samples per test second.
+                c.args(["--wall", "--wall-hz", "100"]);
             }
             c.arg("--").arg(program);
             c

@@ -17,7 +17,7 @@
 //! | `OSPREY_LINES` | `1`: file, line and inlined frames from DWARF (costs memory at each flush) | 0 |
 //! | `OSPREY_VERBOSE` | `1`: the preloaded agent says on stderr where it wrote the last profile | 0 |
 //! | `OSPREY_WALL` | `1`: wall-time profile of every thread (`wall/nanoseconds`, `state` label) | 0 |
-//! | `OSPREY_WALL_HZ` | wall-clock ticks per second (1–1000) | 100 |
+//! | `OSPREY_WALL_HZ` | wall-clock ticks per second (1–1000) | 20 |
 //! | `OSPREY_WALL_THREADS` | threads sampled per wall tick, at most (1–1024) | 16 |
 //! | `OSPREY_ALLOC` | `1`: allocation and live-heap profiles (`alloc-samples`, `alloc-space`, `inuse-space`) | 0 |
 //! | `OSPREY_ALLOC_INTERVAL` | mean bytes allocated between allocation samples (`K`/`M`/`G`, 1-1G) | 512K |
@@ -69,7 +69,9 @@ pub struct Config {
     /// Wall-time profile: every thread, running or blocked, sampled
     /// `wall_hz` times a second (at most `wall_threads` threads a tick).
     pub wall: bool,
-    /// Wall-clock ticks per second.
+    /// Wall-clock ticks per second. The default, 20 (one tick per 50 ms),
+    /// costs 0.6% of a core with 10 idle threads and 1.6% with 1000
+    /// (release build); 100 costs 2.2% and 3%.
     pub wall_hz: u32,
     /// Threads sampled per wall tick, at most (a rotating subset, weighted).
     pub wall_threads: usize,
@@ -100,7 +102,7 @@ impl Default for Config {
             continue_after_fork: true,
             lines: false,
             wall: false,
-            wall_hz: 100,
+            wall_hz: 20,
             wall_threads: 16,
             alloc: false,
             alloc_interval: 512 << 10,
