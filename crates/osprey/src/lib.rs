@@ -23,7 +23,7 @@
 //! | `registry/` | the pool of records: `lookup.rs` / `pool.rs` | `lookup.rs` only |
 //! | `storage/` | call trace hash tables, triple buffer: `put.rs` / `rotation.rs` | `put.rs` and what it calls |
 //! | `dispositions` | choosing, installing and restoring osprey's signals | no |
-//! | `cpu_clock` | per-thread perf_event CPU clocks | no |
+//! | `cpu_clock` | per-thread CPU clocks: POSIX timers, perf_event above 100 Hz | no |
 //! | `threads` | the thread-start path, stack bounds | no |
 //! | `unwind_tables` | compiling and publishing the modules' CFI tables | no |
 //! | `discovery` | finding and priming threads nobody announced | no |
