@@ -312,14 +312,7 @@ fn record(regs: unwind::Regs, addr: u64, bytes: u64, count: u64) {
     let depth = (STATE.max_depth.load(Relaxed) + OWN_FRAMES).clamp(1, MAX_FRAMES);
     let (lo, hi) = (rec.stack_lo.load(Relaxed) as u64, rec.stack_hi.load(Acquire) as u64);
     let frames_out = frames.get_mut(..depth).unwrap_or(&mut []);
-    let walk = match cfi::walk(regs, lo, hi, frames_out) {
-        Some(w) => w,
-        None => {
-            let w = unwind::walk(regs, lo, hi, frames_out);
-            let off_stack = hi == 0 || regs.sp < lo || regs.sp >= hi;
-            unwind::Walk { len: w.len, truncated: w.truncated || off_stack }
-        }
-    };
+    let walk = cfi::walk_or_frame_pointers(regs, lo, hi, frames_out);
     let stack = frames.get(OWN_FRAMES..walk.len).unwrap_or(&[]);
     let ctx = rec.context.read().unwrap_or_default();
     let tid = rec.tid.load(Relaxed);

@@ -15,7 +15,7 @@
 //! assembly), or garbage.
 
 use super::state::STATE;
-use super::unwind::{Regs, Walk};
+use super::unwind::{self, Regs, Walk};
 use osprey_unwind::{ModuleSet, Shared, StackReader};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
@@ -41,4 +41,17 @@ pub fn walk(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64]) -> Opt
         STATE.cfi_complete.fetch_add(1, Relaxed);
     }
     Some(Walk { len: w.len, truncated: w.truncated })
+}
+
+/// The CFI walk, else (no tables yet, or `sp` outside the known stack: an
+/// alternate signal stack, a coroutine) the frame-pointer walk, marked
+/// truncated when off the stack (leaf only there).
+#[inline]
+pub fn walk_or_frame_pointers(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64]) -> Walk {
+    if let Some(w) = walk(regs, stack_lo, stack_hi, frames) {
+        return w;
+    }
+    let w = unwind::walk(regs, stack_lo, stack_hi, frames);
+    let off_stack = stack_hi == 0 || regs.sp < stack_lo || regs.sp >= stack_hi;
+    Walk { len: w.len, truncated: w.truncated || off_stack }
 }

@@ -13,7 +13,7 @@
 use super::arch::{timer_overrun, Regs};
 use super::state::{MAX_FRAMES, STATE};
 use super::sys::{self, ErrnoGuard};
-use super::{cfi, unwind, wall};
+use super::{cfi, wall};
 use crate::record::{Origin, Record, SampleKind, SampleRecord};
 use crate::registry::Registry;
 use std::sync::atomic::{AtomicU32, Ordering::*};
@@ -51,16 +51,7 @@ pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t
     }
     let lo = rec.stack_lo.load(Relaxed) as u64;
     let frames_out = frames.get_mut(..depth).unwrap_or(&mut []);
-    let walk = match cfi::walk(regs, lo, hi, frames_out) {
-        Some(w) => w,
-        None => {
-            // No tables yet, or sp outside the known stack (alternate signal
-            // stack, coroutine): frame pointers, leaf only off the stack.
-            let w = unwind::walk(regs, lo, hi, frames_out);
-            let off_stack = hi == 0 || regs.sp < lo || regs.sp >= hi;
-            unwind::Walk { len: w.len, truncated: w.truncated || off_stack }
-        }
-    };
+    let walk = cfi::walk_or_frame_pointers(regs, lo, hi, frames_out);
     if walk.truncated {
         STATE.truncated.fetch_add(1, Relaxed);
     }
