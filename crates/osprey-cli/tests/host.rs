@@ -13,6 +13,25 @@ fn osprey() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
 }
 
+/// `osprey` with SIGINT, SIGQUIT, SIGTERM and SIGHUP at their default
+/// dispositions, whatever this test inherited (a test run started in the
+/// background of a shell without job control ignores SIGINT and SIGQUIT,
+/// and the programs would inherit that).
+fn osprey_cmd() -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(osprey());
+    // SAFETY: only `signal`, async-signal-safe, between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            for s in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    c
+}
+
 fn tempdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
         "osprey-host-{tag}-{}-{}",
@@ -40,8 +59,7 @@ fn compile_c(name: &str, dir: &Path) -> PathBuf {
 
 /// Runs `osprey exec ARGS`, killing it after `limit`; returns status, stdout, stderr and its pid.
 fn run_limited(args: &[&str], limit: Duration) -> (ExitStatus, String, String, u32) {
-    let mut child =
-        Command::new(osprey()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run osprey");
+    let mut child = osprey_cmd().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run osprey");
     let pid = child.id();
     let deadline = Instant::now() + limit;
     let status = loop {
@@ -184,7 +202,7 @@ fn python_child_gets_the_signals_sent_to_osprey() {
         print('ready', flush=True)\n\
         def spin():\n    x = 0\n    while True:\n        x += 1\n\
         spin()\n";
-    let mut child = Command::new(osprey())
+    let mut child = osprey_cmd()
         .args(["exec", "--hz", "100", "--out", dir.to_str().unwrap(), "--", py.to_str().unwrap(), "-c", script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -234,7 +252,7 @@ fn setuid_program_is_refused_with_one_line() {
     } else {
         PathBuf::from("/usr/bin/passwd")
     };
-    let out = Command::new(osprey()).args(["exec", "--", target.to_str().unwrap()]).output().unwrap();
+    let out = osprey_cmd().args(["exec", "--", target.to_str().unwrap()]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("setuid") && err.trim().lines().count() == 1, "{err}");
@@ -262,7 +280,7 @@ fn start_ending(
     mode: &str,
 ) -> (std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>) {
     use std::io::BufRead;
-    let mut child = Command::new(osprey())
+    let mut child = osprey_cmd()
         .args([
             "exec",
             "--hz",
