@@ -109,8 +109,20 @@ fn methods_agree(name: &str) {
 const CPU_GOAL: f64 = 4e9;
 const WALL_LIMIT: Duration = Duration::from_secs(25);
 
+/// The 50/30/20 measurement, taken once more when it misses the bound: it
+/// is statistical, and a shared 2-core machine under other builds moves it
+/// (a systematic error misses both times).
 fn attribution(name: &str) {
-    let Some(py) = common::python(name) else { return };
+    if let Err(first) = attribution_once(name) {
+        eprintln!("{first}; measuring again");
+        if let Err(second) = attribution_once(name) {
+            panic!("{second} (first attempt: {first})");
+        }
+    }
+}
+
+fn attribution_once(name: &str) -> Result<(), String> {
+    let Some(py) = common::python(name) else { return Ok(()) };
     let _slots = common::slots(common::SLOTS);
     let truth_inner = py.scratch("truth");
     let truth_file = py.host_path(&truth_inner);
@@ -181,10 +193,11 @@ fn attribution(name: &str) {
     for (i, want) in [50.0, 30.0, 20.0].iter().enumerate() {
         assert!((truth[i] - want).abs() <= 6.0, "{name}: workload's own split {truth:?} is off 50/30/20");
     }
-    assert!(
-        max_err <= 3.0,
-        "{name}: attribution error {max_err:.2} points (sampled {a:.1}/{b:.1}/{c:.1}, measured {truth:?})"
-    );
+    if max_err > 3.0 {
+        return Err(format!(
+            "{name}: attribution error {max_err:.2} points (sampled {a:.1}/{b:.1}/{c:.1}, measured {truth:?})"
+        ));
+    }
     // Lines are real: f50 is lines 13-17 of workload.py.
     let lines: Vec<i64> = profiles
         .iter()
@@ -196,6 +209,7 @@ fn attribution(name: &str) {
         })
         .collect();
     assert!(lines.iter().all(|l| (13..=17).contains(l)), "{name}: f50 lines {lines:?}");
+    Ok(())
 }
 
 fn states(name: &str) {
