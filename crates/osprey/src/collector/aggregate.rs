@@ -78,13 +78,14 @@ struct OwnStacks {
 
 impl OwnStacks {
     fn intern(&mut self, frames: &[u64], truncated: bool) -> u64 {
-        if let Some(&id) = self.ids.get(&(frames.to_vec(), truncated)) {
+        let key = (frames.to_vec(), truncated);
+        if let Some(&id) = self.ids.get(&key) {
             return id;
         }
         self.next += 1;
         let id = OWN_STACK | self.next;
-        self.ids.insert((frames.to_vec(), truncated), id);
-        self.frames.insert(id, (frames.to_vec(), truncated));
+        self.frames.insert(id, key.clone());
+        self.ids.insert(key, id);
         id
     }
 

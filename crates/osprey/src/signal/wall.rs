@@ -13,8 +13,8 @@ use crate::record::{Record, SampleKind, SampleRecord};
 use crate::registry::Registry;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// The `state` of a wall sample of a running thread (`wall::state::RUNNING`;
-/// this folder may not import it, the agent side checks they agree).
+/// The `state` of a wall sample of a running thread (`wall::state::RUNNING`
+/// is defined as this value; this folder may not import the agent side).
 pub const WALL_RUNNING: u16 = 1;
 
 /// Pushes the thread's pending running wall time, if any, as a wall record

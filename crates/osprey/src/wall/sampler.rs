@@ -52,8 +52,6 @@ pub const MAX_BEHIND_NS: u64 = 250_000_000;
 /// accounted without a stack rather than held.
 const MAX_PENDING_NS: u64 = 10_000_000_000;
 
-const _: () = assert!(crate::signal::WALL_RUNNING == state::RUNNING);
-
 /// What the wall sampler did, since the process started.
 #[derive(Debug, Default)]
 pub struct Counters {

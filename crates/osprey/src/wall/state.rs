@@ -5,8 +5,9 @@
 //! outside a known system call), or [`SYSCALL`]` | nr` for a thread waiting
 //! in system call `nr`.
 
-/// The thread was on a CPU or runnable.
-pub const RUNNING: u16 = 1;
+/// The thread was on a CPU or runnable (the value the sampling handler
+/// writes, which may not import this module).
+pub const RUNNING: u16 = crate::signal::WALL_RUNNING;
 /// The thread was blocked, not in a system call osprey could name.
 pub const SLEEPING: u16 = 2;
 /// Flag: the low 15 bits are the number of the system call the thread waits in.
