@@ -360,11 +360,12 @@ impl Snapshot {
         Snapshot { top, frames }
     }
 
-    /// The innermost frame of the snapshot itself: the one running frame
-    /// that no other running frame of the snapshot has as its caller, if
-    /// there is exactly one. Used when the stack moved between reading the
-    /// thread's frame pointer and its frames.
-    fn own_top(&self, l: &Layout, live: LiveFlag) -> Option<u64> {
+    /// Candidate innermost frames of the snapshot itself: running frames
+    /// that no other running frame of the snapshot has as its caller. Used
+    /// when the stack moved between reading the thread's frame pointer and
+    /// its frames; a frame that was popped and pushed again while the
+    /// snapshot was copied leaves more than one.
+    fn own_tops(&self, l: &Layout, live: LiveFlag) -> Vec<u64> {
         let running: Vec<(u64, u64)> = self
             .frames
             .iter()
@@ -372,11 +373,7 @@ impl Snapshot {
             .map(|(a, b)| (*a, rd_u64(b, l.frame_previous as usize)))
             .collect();
         let callers: HashSet<u64> = running.iter().map(|r| r.1).collect();
-        let mut tops = running.iter().filter(|r| !callers.contains(&r.0));
-        match (tops.next(), tops.next()) {
-            (Some(t), None) => Some(t.0),
-            _ => None,
-        }
+        running.iter().filter(|r| !callers.contains(&r.0)).map(|r| r.0).collect()
     }
 }
 
@@ -396,9 +393,14 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<Walk, io:
     if w.end == End::Torn {
         // The stack moved on between the frame pointer and the frames: the
         // snapshot alone may still hold one whole stack.
-        if let Some(own) = live.and_then(|lv| snap.own_top(l, lv)) {
+        // Every running frame of the snapshot is walked from within it
+        // alone; of those that reach the outermost frame, the deepest is
+        // kept (each of its frames was running, the caller of the one
+        // before, when copied).
+        let tops = live.map(|lv| snap.own_tops(l, lv)).unwrap_or_default();
+        for own in tops {
             let again = walk_from(t, cache, &snap, own, size, true)?;
-            if again.end == End::Root {
+            if again.end == End::Root && (w.end != End::Root || again.frames.len() > w.frames.len()) {
                 w = again;
             }
         }
