@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const AGENT_LIB: &str = "libosprey_preload.so";
+/// The interposed allocators, preloaded with the agent for `--alloc` only.
+const ALLOC_LIB: &str = "libosprey_alloc.so";
 
 pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure> {
     let program = resolve(&cmd[0])?;
@@ -39,6 +41,17 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     }
     let agent = agent_library()?;
     let mut preload = agent.display().to_string();
+    if cfg.alloc {
+        // First: its `malloc` is the one the program's calls find.
+        let allocators = agent.with_file_name(ALLOC_LIB);
+        if !allocators.is_file() {
+            return Err(Failure::from(format!(
+                "--alloc: {ALLOC_LIB} not found next to {} (build it with `cargo build --workspace`)",
+                agent.display()
+            )));
+        }
+        preload = format!("{}:{preload}", allocators.display());
+    }
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload = format!("{preload}:{}", existing.to_string_lossy());
     }

@@ -266,16 +266,15 @@ fn bench_cpu_ns(cmd: &mut Command) -> f64 {
 
 /// CPU time of 20 M malloc/free pairs (16 B-1 KiB) in the program's own
 /// process (so the collector thread's work counts): without osprey; under
-/// `osprey exec` (CPU profile: the agent's thread makes glibc's malloc take
-/// its multi-threaded path, and `malloc`/`free` are interposed but
-/// disarmed); with `--alloc --alloc-interval 1G` (the fast path: countdown,
-/// live-set probe in `free`, almost no sample); and `--alloc` at the default
-/// 512 KiB (about 10 000 sampled stacks more). Best of 5 rounds (the four in
-/// turn in each round); run with
-/// `--nocapture` for the figures. The bounds are the measured ratios with
-/// the debug agent of the test build on 2 shared cores (1.71-1.74 against
-/// no osprey, 1.27-1.34 against osprey without `--alloc`: fast path
-/// +0.4-1.2 ns, sampled stacks +2.9-3.1 ns per pair) with room for noise.
+/// `osprey exec` (CPU profile: the allocators are not interposed); with
+/// `--alloc --alloc-interval 1G` (the fast path: interposition, countdown,
+/// live-set check in `free`, almost no sample); and `--alloc` at the
+/// default 512 KiB (about 20 000 sampled stacks more). Best of 5 rounds
+/// (the four in turn in each round); run with `--nocapture` for the
+/// figures. The bounds are the measured ratios with the debug agent of the
+/// test build on 2 shared cores (osprey without `--alloc` 0.99-1.01 against
+/// no osprey; `--alloc` 2.0: fast path +4.3 ns, sampled stacks +5.2 ns per
+/// pair) with room for noise.
 #[test]
 fn overhead_of_alloc_profiling() {
     let _serial = serial();
@@ -311,10 +310,10 @@ fn overhead_of_alloc_profiling() {
         ns(fast_path - cpu_only),
         ns(alloc - fast_path)
     );
-    assert!(alloc / plain < 3.0, "--alloc costs {:.0}% on a malloc-only loop", (alloc / plain - 1.0) * 100.0);
     assert!(
-        alloc / cpu_only < 2.0,
-        "--alloc costs {:.0}% more than osprey without it",
-        (alloc / cpu_only - 1.0) * 100.0
+        cpu_only / plain < 1.15,
+        "osprey without --alloc costs {:.0}% on a malloc-only loop",
+        (cpu_only / plain - 1.0) * 100.0
     );
+    assert!(alloc / plain < 3.0, "--alloc costs {:.0}% on a malloc-only loop", (alloc / plain - 1.0) * 100.0);
 }

@@ -63,12 +63,12 @@ fn is_cpython() -> bool {
     })
 }
 
-/// Programs this process execs do not load the agent.
+/// Programs this process execs load neither the agent nor its allocators.
 fn remove_self_from_ld_preload() {
     let Some(v) = std::env::var_os("LD_PRELOAD") else { return };
     let v = v.to_string_lossy().into_owned();
-    let kept: Vec<&str> =
-        v.split([':', ' ']).filter(|p| !p.is_empty() && !p.ends_with("libosprey_preload.so")).collect();
+    let ours = |p: &str| ["libosprey_preload.so", crate::ALLOC_LIB].iter().any(|l| p.ends_with(l));
+    let kept: Vec<&str> = v.split([':', ' ']).filter(|p| !p.is_empty() && !ours(p)).collect();
     if kept.is_empty() {
         std::env::remove_var("LD_PRELOAD");
     } else {

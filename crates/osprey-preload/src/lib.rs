@@ -10,10 +10,10 @@
 //! family is interposed (`exec_shim.c`, `exec.rs`) so that no osprey signal
 //! reaches an exec'd program; `abort` and `_exit` write the profile so far
 //! first (`shutdown.rs`); a program that installs a handler for one of
-//! osprey's signals gets it, osprey steps aside (`sigaction.rs`). The C and
-//! C++ allocators are interposed for allocation profiling (`alloc.rs`).
+//! osprey's signals gets it, osprey steps aside (`sigaction.rs`). The
+//! allocators are interposed by a library of their own, preloaded only for
+//! allocation profiles (`osprey-alloc`), which the agent attaches to.
 
-mod alloc;
 mod context_ffi;
 mod exec;
 mod launch;
@@ -41,7 +41,6 @@ static PROFILER: Mutex<Option<osprey::Profiler>> = Mutex::new(None);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
-    alloc::init();
     shutdown::resolve();
     sigaction::resolve();
     if launch::decide() != launch::Role::Native {
@@ -66,8 +65,12 @@ extern "C" fn init() {
             return;
         }
     };
+    let alloc = cfg.alloc;
     match osprey::Profiler::builder().config(cfg).start() {
         Ok(p) => {
+            if alloc {
+                attach_allocators();
+            }
             *PROFILER.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
             // SAFETY: registering a plain extern "C" function.
             unsafe { libc::atexit(finish) };
@@ -75,6 +78,25 @@ extern "C" fn init() {
         Err(e) => eprintln!("osprey: {e}; profiling is off"),
     }
 }
+
+/// Hands osprey's allocation hooks to the interposed allocators
+/// (`libosprey_alloc.so`, preloaded with this library); without them
+/// allocation profiling is switched off, with one line.
+fn attach_allocators() {
+    type Attach = unsafe extern "C" fn(*const osprey::internals::alloc::Hooks) -> bool;
+    // SAFETY: looking up a function symbol in the global scope.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"osprey_alloc_attach".as_ptr()) };
+    // SAFETY: `osprey_alloc_attach` has this signature; the table is 'static.
+    let attached = !p.is_null()
+        && unsafe { core::mem::transmute::<*mut libc::c_void, Attach>(p)(&osprey::internals::alloc::HOOKS) };
+    if !attached {
+        osprey::internals::alloc::disarm();
+        eprintln!("osprey: allocation profiling needs {ALLOC_LIB} in LD_PRELOAD (`osprey exec --alloc` preloads it); it is off");
+    }
+}
+
+/// The interposed allocators' library.
+const ALLOC_LIB: &str = "libosprey_alloc.so";
 
 /// How long a process started by the profiled command (`--children`) runs
 /// before its agent compiles unwind tables (frame pointers until then).
@@ -144,7 +166,6 @@ fn real_pthread_create() -> Option<PthreadCreate> {
 extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the Box made in `pthread_create`, handed over once.
     let start = unsafe { Box::from_raw(p as *mut Start) };
-    osprey::internals::alloc::check_static_tls();
     if start.internal {
         threads::forget_current();
     } else if threads::register_current_with_start(start.routine as usize).is_some() {

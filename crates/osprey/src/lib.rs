@@ -114,8 +114,7 @@ pub mod internals {
     /// The allocation sampler (its hooks, state and live set).
     pub mod alloc {
         pub use crate::signal::alloc::{
-            arm, armed, check_static_tls, disarm, on_alloc, on_free, use_static_tls, weights, AllocState, ALLOC,
-            DEFAULT_MEAN,
+            arm, armed, disarm, on_alloc, on_free, weights, AllocState, Hooks, ALLOC, DEFAULT_MEAN, HOOKS,
         };
         pub use crate::signal::live::{LiveSet, CAPACITY, LIVE};
     }

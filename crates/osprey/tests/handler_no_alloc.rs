@@ -10,6 +10,8 @@
 //! allocation profiling samples every 4 KiB: the sampled-allocation path
 //! (stack walk, storage, ring, live set; it marks the thread as in a
 //! handler like the signal handlers do) aborts the test if it allocates.
+//! The threads also call the interposers' entry (`Hooks::crossed`, what
+//! the allocation library calls) with blocks of their own.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::time::{Duration, Instant};
@@ -70,6 +72,11 @@ fn handlers_never_allocate() {
                 let mut n = 0u64;
                 while Instant::now() < end {
                     v.push(vec![1u8; 64 + (n as usize % 512)]);
+                    if n % 64 == 0 {
+                        let block = v.last_mut().map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+                        // SAFETY: a live block of this thread's, freed later through `Sampling`.
+                        unsafe { (osprey::internals::alloc::HOOKS.crossed)(block, 64) };
+                    }
                     if v.len() > 1000 {
                         v.clear();
                     }

@@ -1,5 +1,7 @@
-//! Allocation sampling: the part of `malloc`/`free` (interposed by the
-//! preload library, or wrapped by `osprey::alloc::Sampling`) that is osprey's.
+//! Allocation sampling: the part of `malloc`/`free` that is osprey's, for
+//! the interposers of the allocation library (`osprey-alloc`, through
+//! [`HOOKS`]) and for `osprey::alloc::Sampling` (through [`on_alloc`] and
+//! [`on_free`]).
 //!
 //! Bytes allocated by a thread drive a Poisson process of mean
 //! [`AllocState::mean`] bytes: each thread counts down an exponentially
@@ -13,16 +15,15 @@
 //! # Rules (those of a signal handler)
 //! Code here runs inside the program's `malloc`, possibly inside its signal
 //! handlers, possibly re-entered by itself: no allocation, no lock, no
-//! panic, only a `const`-initialised thread-local without destructor (read
-//! at its static-TLS offset from the thread pointer when the preloaded agent
-//! says it may, see [`use_static_tls`]), `errno` saved and restored on the
-//! sampled path. The fast path
-//! ([`on_alloc`], [`on_free`]) is a load, a thread-local decrement and a
-//! compare; everything else is in [`sample`], taken about once per `mean`
-//! bytes. Its stack use, measured on the release build: 600 bytes for
-//! [`sample`]'s frame (the walk inlined), 56 for the storage insert, and
-//! libc's `pthread_sigmask`/`clock_gettime`: under 1 KiB. The frames go to
-//! the thread's record buffer, not the stack.
+//! panic, only `const`-initialised thread-locals without destructor (the
+//! agent library is loaded with the program, so they are in static TLS),
+//! `errno` saved and restored on the sampled path. The fast path is a load,
+//! a thread-local decrement and a compare, kept by the caller (the
+//! interposer's own countdown, or [`on_alloc`]'s); everything else is in
+//! [`sample`], taken about once per `mean` bytes. Its stack use, measured on
+//! the release build: 600 bytes for [`sample`]'s frame (the walk inlined),
+//! 56 for the storage insert, and libc's `pthread_sigmask`/`clock_gettime`:
+//! under 1 KiB. The frames go to the thread's record buffer, not the stack.
 //!
 //! # Sharing with the CPU-sampling handler
 //! A sampled allocation uses the thread's record frame buffer, storage slot
@@ -39,10 +40,11 @@ use super::{cfi, unwind};
 use crate::record::{SampleKind, SampleRecord};
 use crate::registry::Registry;
 use core::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
-/// Frames of osprey's own at the top of a sampled stack: [`sample`] and the
-/// interposed function (or `GlobalAlloc` method) that called it.
+/// Frames of osprey's own at the top of a sampled stack: the function that
+/// took the registers ([`crossed`] or [`sample_here`]) and the interposed
+/// function (or `GlobalAlloc` method) that called it.
 const OWN_FRAMES: usize = 2;
 
 /// The default mean sampling interval in bytes.
@@ -72,12 +74,37 @@ pub static ALLOC: AllocState = AllocState {
     lost_reentered: AtomicU64::new(0),
 };
 
-/// Per-thread countdown. `Cell`s of plain integers: `const`-initialised,
+/// What the allocation library's interposers call, handed to it by the
+/// agent (`osprey_alloc_attach`). A C layout: the library is a separate
+/// shared object built without this crate, and mirrors it; `size` is
+/// checked by the library, which ignores a table of another size.
+///
+/// Invariant: everything it points to is `'static` and signal-safe.
+#[repr(C)]
+pub struct Hooks {
+    /// `size_of::<Hooks>()`.
+    pub size: usize,
+    /// The number of live sampled blocks: `free` calls [`Hooks::forget`]
+    /// only when it is not zero.
+    pub live: &'static AtomicU64,
+    /// The countdown of the calling thread crossed zero at the allocation
+    /// `addr` of `size` bytes: samples it (see [`crossed`]) and returns the
+    /// next countdown. While allocation sampling is off it only draws.
+    pub crossed: unsafe extern "C" fn(addr: *mut u8, size: usize) -> i64,
+    /// `addr` is about to be freed: forgets it if it was sampled.
+    pub forget: unsafe extern "C" fn(addr: *mut u8),
+}
+
+/// The hooks of this process.
+pub static HOOKS: Hooks = Hooks { size: core::mem::size_of::<Hooks>(), live: &LIVE.len, crossed, forget };
+
+/// Per-thread sampling state. `Cell`s of plain integers: `const`-initialised,
 /// no destructor, so access never allocates, never registers anything and
 /// never fails.
 struct Countdown {
-    /// Bytes left before the next sample; the allocation that takes it
-    /// below zero is sampled.
+    /// Bytes left before the next sample, for [`on_alloc`] (the allocation
+    /// library keeps its own); the allocation that takes it below zero is
+    /// sampled.
     left: Cell<i64>,
     /// xorshift64* state; 0 until the thread's first interval is drawn.
     rng: Cell<u64>,
@@ -91,56 +118,6 @@ thread_local! {
     };
 }
 
-/// Offset of this thread's [`COUNTDOWN`] from the thread pointer when every
-/// thread has it at the same offset (0: unknown, use `thread_local!`'s
-/// access, which in a shared library is a `__tls_get_addr` call).
-static STATIC_TLS_OFFSET: AtomicIsize = AtomicIsize::new(0);
-
-/// The thread pointer (`fs:0` holds its own address on x86-64 Linux).
-#[inline(always)]
-fn thread_pointer() -> isize {
-    let tp: isize;
-    // SAFETY: reads the TCB's self pointer, set up for every libc thread.
-    unsafe { core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
-    tp
-}
-
-fn offset_here() -> isize {
-    COUNTDOWN.with(|c| c as *const Countdown as isize).wrapping_sub(thread_pointer())
-}
-
-/// Declares that the code holding the countdown was loaded with the program
-/// (`LD_PRELOAD` or linked): its thread-locals are in static TLS, at one
-/// offset from every thread's thread pointer, and the fast path reads them
-/// there instead of calling `__tls_get_addr`. Never call it from a library
-/// that may be `dlopen`ed.
-pub fn use_static_tls() {
-    STATIC_TLS_OFFSET.store(offset_here(), Relaxed);
-}
-
-/// Checks [`use_static_tls`]'s offset on a new thread (the interposed
-/// `pthread_create` calls it); a mismatch turns the shortcut off for good.
-pub fn check_static_tls() {
-    let off = STATIC_TLS_OFFSET.load(Relaxed);
-    if off != 0 && off != offset_here() {
-        STATIC_TLS_OFFSET.store(0, Relaxed);
-    }
-}
-
-/// Runs `f` on the calling thread's countdown.
-#[inline(always)]
-fn with_countdown<R>(f: impl FnOnce(&Countdown) -> R) -> R {
-    let off = STATIC_TLS_OFFSET.load(Relaxed);
-    if off != 0 {
-        // SAFETY: the countdown of this thread lives at the thread pointer
-        // plus `off` (static TLS, see `use_static_tls`); only this thread
-        // touches it, through `Cell`s.
-        f(unsafe { &*(thread_pointer().wrapping_add(off) as *const Countdown) })
-    } else {
-        COUNTDOWN.with(f)
-    }
-}
-
 /// Starts sampling allocations with a mean interval of `mean` bytes.
 pub fn arm(mean: u64) {
     ALLOC.mean.store(mean.max(1), Relaxed);
@@ -152,28 +129,28 @@ pub fn disarm() {
     ALLOC.armed.store(false, Release);
 }
 
-/// Whether allocations are being sampled (one relaxed load): callers may
-/// skip [`on_alloc`] entirely, and tail-call the real allocator, when not.
+/// Whether allocations are being sampled (one relaxed load).
 #[inline(always)]
 pub fn armed() -> bool {
     ALLOC.armed.load(Relaxed)
 }
 
-/// Fast path, after an allocation of `size` bytes returned `addr`: counts the
-/// bytes down and samples when the countdown crosses zero. Must be inlined
-/// into the interposed function: the stack is cut after it (`OWN_FRAMES`).
+/// Fast path of `osprey::alloc::Sampling`, after an allocation of `size`
+/// bytes returned `addr`: counts the bytes down and samples when the
+/// countdown crosses zero. Must be inlined into the `GlobalAlloc` method:
+/// the stack is cut after it (`OWN_FRAMES`).
 #[inline(always)]
 pub fn on_alloc(addr: *mut u8, size: usize) {
     if !ALLOC.armed.load(Relaxed) || addr.is_null() {
         return;
     }
-    let crossed = with_countdown(|c| {
+    let crossed = COUNTDOWN.with(|c| {
         let left = c.left.get().wrapping_sub(size as i64);
         c.left.set(left);
         left < 0
     });
     if crossed {
-        sample(addr as u64, size as u64);
+        sample_here(addr as u64, size as u64);
     }
 }
 
@@ -181,6 +158,28 @@ pub fn on_alloc(addr: *mut u8, size: usize) {
 #[inline(always)]
 pub fn on_free(addr: *mut u8) {
     LIVE.remove(addr as u64);
+}
+
+/// [`Hooks::crossed`]: the allocation library's countdown crossed zero.
+/// Never inlined: its frame is the first of the walk (`OWN_FRAMES`).
+#[inline(never)]
+unsafe extern "C" fn crossed(addr: *mut u8, size: usize) -> i64 {
+    let regs = current_regs();
+    sample(regs, addr as u64, size as u64)
+}
+
+/// [`Hooks::forget`].
+unsafe extern "C" fn forget(addr: *mut u8) {
+    LIVE.remove(addr as u64);
+}
+
+/// [`on_alloc`]'s countdown crossed zero. Never inlined: its frame is the
+/// first of the walk (`OWN_FRAMES`).
+#[inline(never)]
+fn sample_here(addr: u64, size: u64) {
+    let regs = current_regs();
+    let next = sample(regs, addr, size);
+    COUNTDOWN.with(|c| c.left.set(next));
 }
 
 /// Draws the next exponential interval of mean `mean` from the thread's generator.
@@ -255,33 +254,31 @@ impl Drop for SignalBlock {
     }
 }
 
-/// The sampled path: draws the next interval, then (unless this is the
-/// thread's first crossing, which only seeds its countdown) records the
-/// allocation `addr` of `size` bytes: its stack to storage, a sample record
-/// to the thread's ring, its address to the live set.
-#[inline(never)]
-fn sample(addr: u64, size: u64) {
-    // This function's own frame: the walk lists the interposed function
-    // next, then the program's caller (see `OWN_FRAMES`).
-    let regs = current_regs();
+/// The sampled path: draws the next interval (returned), then (unless this
+/// is the thread's first crossing, which only seeds its countdown) records
+/// the allocation `addr` of `size` bytes: its stack from `regs` to storage,
+/// a sample record to the thread's ring, its address to the live set.
+#[inline(always)]
+fn sample(regs: unwind::Regs, addr: u64, size: u64) -> i64 {
     let _errno = ErrnoGuard::save();
     let mean = ALLOC.mean.load(Relaxed).max(1);
-    let entered = with_countdown(|c| {
+    let (next, entered) = COUNTDOWN.with(|c| {
         let first = c.rng.get() == 0;
-        c.left.set(next_interval(c, mean));
-        if first {
-            return None;
+        let next = next_interval(c, mean);
+        if first || !ALLOC.armed.load(Relaxed) {
+            return (next, None);
         }
         if c.busy.replace(true) {
             ALLOC.lost_reentered.fetch_add(1, Relaxed);
-            return None;
+            return (next, None);
         }
-        Some(weights(size, mean, uniform(c)))
+        (next, Some(weights(size, mean, uniform(c))))
     });
     if let Some((bytes, count)) = entered {
         record(regs, addr, bytes, count);
-        with_countdown(|c| c.busy.set(false));
+        COUNTDOWN.with(|c| c.busy.set(false));
     }
+    next
 }
 
 #[inline(always)]

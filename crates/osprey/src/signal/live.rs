@@ -35,7 +35,7 @@ pub struct LiveSet {
     addrs: [Bucket; BUCKETS],
     at_ns: [AtomicU64; CAPACITY],
     /// Addresses present (the `free` fast path skips the probe at 0).
-    len: AtomicU64,
+    pub(crate) len: AtomicU64,
     /// Inserts refused because their bucket was full.
     pub full: AtomicU64,
 }
