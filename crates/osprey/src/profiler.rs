@@ -419,7 +419,7 @@ extern "C" fn after_fork_child() {
         // Threads that were inside a handler at the fork do not exist here.
         rec.in_handler.store(0, Relaxed);
         rec.ring.drain(|_| {});
-        rec.ring_overflow.store(0, Relaxed);
+        rec.lost.take();
     });
     // The parent's storage may have its collector lock held or hazards set by
     // threads that do not exist here: the child starts on a fresh one.

@@ -62,7 +62,7 @@ fn inuse_space_of_a_rust_program() {
     eprintln!(
         "sampled {} lost: unregistered {} re-entered {} live set full {}",
         a.sampled.load(r),
-        a.lost_unregistered.load(r),
+        a.lost_unrecorded.load(r),
         a.lost_reentered.load(r),
         osprey::internals::alloc::LIVE.full.load(r)
     );

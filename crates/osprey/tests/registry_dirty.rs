@@ -36,7 +36,7 @@ fn marked_drains_lose_no_sample() {
                     }
                     done.fetch_add(1, Release);
                 }
-                rec.ring_overflow.load(Relaxed)
+                rec.lost.records.load(Relaxed)
             })
         })
         .collect();

@@ -100,6 +100,9 @@ impl OwnStacks {
 pub const FRAME_STORAGE_FULL: &str = "[osprey] dropped: call trace storage full";
 /// Samples lost because a thread's sample ring was full.
 pub const FRAME_RING_FULL: &str = "[osprey] lost: sample buffer full";
+/// Sampled allocations osprey could not record (the thread was inside
+/// osprey already, or not registered).
+pub const FRAME_ALLOC_LOST: &str = "[osprey] lost: allocation sample not recorded";
 /// Samples on threads without a registry record.
 pub const FRAME_UNREGISTERED: &str = "[osprey] dropped: thread not registered";
 pub const FRAME_UNRESOLVED: &str = "[osprey] unresolved call trace";
@@ -114,7 +117,8 @@ pub struct Aggregator {
     pending: HashMap<Key, Agg>,
     own: OwnStacks,
     heap: LiveHeap<Key>,
-    lost_ring: HashMap<i32, u64>,
+    /// What full rings lost, by thread.
+    lost_ring: HashMap<i32, Agg>,
     names: HashMap<i32, String>,
     start_realtime_ns: u64,
     start_mono_ns: u64,
@@ -161,10 +165,14 @@ impl Aggregator {
                 }
                 self.add(s)
             });
-            // Load first: a swap would write (make resident) every idle record's page.
-            let lost = if rec.ring_overflow.load(Relaxed) != 0 { rec.ring_overflow.swap(0, Relaxed) } else { 0 };
-            if lost > 0 {
-                *self.lost_ring.entry(tid).or_default() += lost;
+            let lost = rec.lost.take();
+            if lost.records > 0 {
+                let a = self.lost_ring.entry(tid).or_default();
+                a.count += lost.cpu_samples;
+                a.cpu_ns += lost.cpu_ns;
+                a.wall_ns += lost.wall_ns;
+                a.alloc_count += lost.alloc_count;
+                a.alloc_bytes += lost.alloc_bytes;
             }
             if retired {
                 // A clock armed while the thread was retiring goes with it.
@@ -355,9 +363,20 @@ impl Aggregator {
         for (tid, lost) in std::mem::take(&mut self.lost_ring) {
             samples.push(Sample {
                 frames: vec![Frame::Synthetic(FRAME_RING_FULL.into())],
-                values: self.cpu_values(lost, lost * period_ns),
+                values: self.values(&lost, 0),
                 labels: thread_labels(tid, self.names.get(&tid)),
             });
+        }
+        if self.kinds.alloc {
+            let alloc = &crate::signal::alloc::ALLOC;
+            let (count, bytes) = (alloc.lost_count.swap(0, Relaxed), alloc.lost_bytes.swap(0, Relaxed));
+            if count > 0 || bytes > 0 {
+                samples.push(Sample {
+                    frames: vec![Frame::Synthetic(FRAME_ALLOC_LOST.into())],
+                    values: self.values(&Agg { alloc_count: count, alloc_bytes: bytes, ..Agg::default() }, 0),
+                    labels: vec![],
+                });
+            }
         }
         let total = reg.dropped_unregistered.load(Relaxed);
         let unregistered = total.saturating_sub(self.unregistered_seen);

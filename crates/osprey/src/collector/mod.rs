@@ -8,7 +8,8 @@ mod aggregate;
 mod heap;
 
 pub use aggregate::{
-    Aggregator, Kinds, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED,
+    Aggregator, Kinds, FRAME_ALLOC_LOST, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED,
+    FRAME_UNREGISTERED,
 };
 
 use crate::config::Config;

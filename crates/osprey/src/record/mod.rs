@@ -7,9 +7,11 @@
 //! write records without locks.
 
 mod context;
+mod lost;
 mod ring;
 
 pub use context::{checksum, tags_term, torn_reads, ContextRecord, ContextSnapshot, KNUTH, TAG_SLOTS, TORN_READS};
+pub use lost::{Lost, LostSums};
 pub use ring::{SampleKind, SampleRecord, SampleRing, RING_CAPACITY};
 
 use core::cell::UnsafeCell;
@@ -98,7 +100,7 @@ pub struct Record {
     /// Monotonic time of registration.
     pub registered_ns: AtomicU64,
     /// Samples this thread took while the ring was full (reported, never silent).
-    pub ring_overflow: AtomicU64,
+    pub lost: Lost,
     /// Samples taken on this thread.
     pub samples: AtomicU64,
     /// The thread's name (`comm`, NUL-padded) as it exited, so samples

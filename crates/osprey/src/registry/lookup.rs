@@ -73,7 +73,7 @@ impl Registry {
     #[inline]
     pub fn push_sample(&self, index: usize, rec: &Record, sample: &SampleRecord) {
         if !rec.ring.push(sample) {
-            rec.ring_overflow.fetch_add(1, Relaxed);
+            rec.lost.add(sample);
         }
         self.mark_dirty(index);
     }

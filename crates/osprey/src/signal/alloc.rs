@@ -58,11 +58,17 @@ pub struct AllocState {
     pub mean: AtomicU64,
     /// Allocations sampled and recorded.
     pub sampled: AtomicU64,
-    /// Samples lost: the thread has no registry record.
-    pub lost_unregistered: AtomicU64,
+    /// Samples lost: the thread has no registry record (or the agent's
+    /// storage is not there).
+    pub lost_unrecorded: AtomicU64,
     /// Samples lost: the thread was already inside osprey (re-entry through
     /// a signal handler, or an allocation made by osprey's own path).
     pub lost_reentered: AtomicU64,
+    /// Weighted allocations of the samples lost (either way), until the
+    /// collector takes them into the profile.
+    pub lost_count: AtomicU64,
+    /// Their weighted bytes.
+    pub lost_bytes: AtomicU64,
 }
 
 /// The one allocation-sampling state of the process.
@@ -70,8 +76,10 @@ pub static ALLOC: AllocState = AllocState {
     armed: AtomicBool::new(false),
     mean: AtomicU64::new(DEFAULT_MEAN),
     sampled: AtomicU64::new(0),
-    lost_unregistered: AtomicU64::new(0),
+    lost_unrecorded: AtomicU64::new(0),
     lost_reentered: AtomicU64::new(0),
+    lost_count: AtomicU64::new(0),
+    lost_bytes: AtomicU64::new(0),
 };
 
 /// What the allocation library's interposers call, handed to it by the
@@ -268,11 +276,12 @@ fn sample(regs: unwind::Regs, addr: u64, size: u64) -> i64 {
         if first || !ALLOC.armed.load(Relaxed) {
             return (next, None);
         }
+        let w = weights(size, mean, uniform(c));
         if c.busy.replace(true) {
-            ALLOC.lost_reentered.fetch_add(1, Relaxed);
+            lose(&ALLOC.lost_reentered, w);
             return (next, None);
         }
-        (next, Some(weights(size, mean, uniform(c))))
+        (next, Some(w))
     });
     if let Some((bytes, count)) = entered {
         record(regs, addr, bytes, count);
@@ -281,25 +290,30 @@ fn sample(regs: unwind::Regs, addr: u64, size: u64) -> i64 {
     next
 }
 
+/// A sample that could not be recorded: counted in `why`, and its weights
+/// kept for the profile.
+fn lose(why: &AtomicU64, (bytes, count): (u64, u64)) {
+    why.fetch_add(1, Relaxed);
+    ALLOC.lost_count.fetch_add(count, Relaxed);
+    ALLOC.lost_bytes.fetch_add(bytes, Relaxed);
+}
+
 #[inline(always)]
 fn record(regs: unwind::Regs, addr: u64, bytes: u64, count: u64) {
-    let Some(reg) = Registry::get() else { return };
+    let lost = || lose(&ALLOC.lost_unrecorded, (bytes, count));
+    let Some(reg) = Registry::get() else { return lost() };
     let _block = SignalBlock::new();
     let me = sys::gettid();
     let _depth = DepthGuard::enter(reg, me);
-    let Some((slot, rec)) = reg.lookup(me) else {
-        ALLOC.lost_unregistered.fetch_add(1, Relaxed);
-        return;
-    };
+    let Some((slot, rec)) = reg.lookup(me) else { return lost() };
     if rec.in_handler.load(SeqCst) != 0 {
         // This thread's sampling handler was interrupted by a signal whose
         // handler allocates: the frame buffer and ring are in use.
-        ALLOC.lost_reentered.fetch_add(1, Relaxed);
-        return;
+        return lose(&ALLOC.lost_reentered, (bytes, count));
     }
-    let Some(_in_flight) = InFlight::enter(rec) else { return };
+    let Some(_in_flight) = InFlight::enter(rec) else { return lost() };
     // SAFETY: published before `enabled`, never freed while the process lives.
-    let Some(storage) = (unsafe { STATE.storage.load(Acquire).as_ref() }) else { return };
+    let Some(storage) = (unsafe { STATE.storage.load(Acquire).as_ref() }) else { return lost() };
     let at_ns = sys::monotonic_ns();
     LIVE.insert(addr, at_ns);
 
