@@ -88,13 +88,15 @@ impl Tasks {
         None
     }
 
-    /// The name of the task `tstate` is running, if any.
-    pub fn running_task(&mut self, t: &Target, tstate: u64) -> Option<String> {
-        let o = self.offsets(t)?;
-        let task = t.mem.u64(tstate + o.tstate_running_task).ok()?;
-        if task == 0 {
-            return None;
-        }
+    /// The task `tstate` is running (0: none, or unknown yet).
+    pub fn running(&mut self, t: &Target, tstate: u64) -> u64 {
+        let Some(o) = self.offsets(t) else { return 0 };
+        t.mem.u64(tstate + o.tstate_running_task).unwrap_or(0)
+    }
+
+    /// The name of `task` (from [`Tasks::running`]).
+    pub fn name(&self, t: &Target, task: u64) -> Option<String> {
+        let o = self.offsets.filter(|_| task != 0)?;
         let name = t.mem.u64(task + o.task_name).ok()?;
         object_name(t, name)
     }

@@ -292,7 +292,13 @@ impl Sampler {
                 self.backfill.insert(tid, young_thread_cpu(pid, tid).unwrap_or(0));
             }
             let before = clock.as_ref().and_then(|c| c.read().ok());
+            // The running task, read next to the stack on both sides: a
+            // task that switched during the read is the one that ran when
+            // the innermost frames were read (first), or, if none ran then,
+            // the one that started during the read.
+            let task_before = self.tasks.running(&self.target, tstate);
             let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries);
+            let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
             let after = clock.as_ref().and_then(|c| c.read().ok());
             let (mut frames, truncated) = match read {
                 Ok(StackRead::Ok(f)) => (f, None),
@@ -315,7 +321,7 @@ impl Sampler {
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
             let state = classify(holds, k.state, sys, &ranges);
             let gil_wait_ns = self.gil_waits.observe(tid, state == "waiting for gil", now);
-            let task = self.tasks.running_task(&self.target, tstate);
+            let task = self.tasks.name(&self.target, task);
             // On a CPU during the stack read: its exact clock moved. Without
             // one, runnable (which also counts preempted threads).
             let on_cpu = match (before, after) {
