@@ -24,7 +24,8 @@ use crate::record::{Record, RecordState};
 use crate::registry::Registry;
 use crate::signal::{sys, STATE};
 use crate::threads::{
-    is_internal, list_threads, signal_blocked, signal_pending, stack_bounds_of, thread_count, thread_running,
+    internal_tids, is_internal, list_threads, signal_blocked, signal_pending, stack_bounds_of, thread_count,
+    thread_running,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::*;
@@ -49,6 +50,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// While backed off, a full scan (listing every thread) runs only when the
 /// thread count or the registry changed, or after this long.
 const FULL_SCAN_NS: u64 = 10_000_000_000;
+
+/// While backed off, the per-thread clock check is skipped when the
+/// process's CPU not charged to samples grew by less than this many
+/// sampling periods since the last check that ran (see [`uncharged_ns`]),
+/// and runs at least this often anyway.
+const QUIET_PERIODS: u64 = 3;
+const FULL_CHECK_NS: u64 = 10_000_000_000;
 
 /// CPU time osprey could not sample, per thread, since the last flush.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -82,6 +90,8 @@ pub struct Discovery {
     last_check_ns: u64,
     /// Whether a check has run: threads seen after it count from their start.
     checked_once: bool,
+    /// [`uncharged_ns`] and the time when the last per-thread check ran.
+    uncharged_at_check: Option<(i64, u64)>,
     /// The current scan interval (backs off while nothing changes).
     interval: Option<Duration>,
     /// Thread count and registry changes when the last full scan started.
@@ -105,10 +115,13 @@ impl Discovery {
             && started.saturating_sub(self.last_full_ns) < FULL_SCAN_NS
         {
             if started.saturating_sub(self.last_check_ns) >= CHECK_NS {
+                self.last_check_ns = started;
+                if self.quiet(started) {
+                    return vec![];
+                }
                 let tids = std::mem::take(&mut self.listed);
                 self.check_clocks(reg, &tids);
                 self.listed = tids;
-                self.last_check_ns = started;
                 if self.unregistered_busy {
                     self.fingerprint = None;
                 }
@@ -199,6 +212,18 @@ impl Discovery {
         std::mem::take(&mut self.unsampled)
     }
 
+    /// Whether the per-thread check can wait: the process used next to no
+    /// CPU that samples did not charge since the last check (its threads'
+    /// clocks all tick, none blocks the signal, none is unregistered and
+    /// busy). Skipping loses nothing: the next check that runs takes every
+    /// thread's clock from where the last one left it.
+    fn quiet(&self, now: u64) -> bool {
+        let Some((at_check, when)) = self.uncharged_at_check else { return false };
+        let Some(uncharged) = uncharged_ns() else { return false };
+        let period = STATE.period_ns.load(Relaxed).max(1);
+        now.saturating_sub(when) < FULL_CHECK_NS && uncharged - at_check < (QUIET_PERIODS * period) as i64
+    }
+
     /// Every registered thread whose CPU clock advanced by several periods
     /// with no sample blocks the sampling signal (checked in its `status`):
     /// its clock is taken away and its CPU time accounted from then on. A
@@ -257,8 +282,24 @@ impl Discovery {
         self.checked = checked;
         self.unregistered = unregistered;
         self.checked_once = true;
+        self.uncharged_at_check = uncharged_ns().map(|u| (u, sys::monotonic_ns()));
         self.said_blocked.retain(|t| tids.binary_search(t).is_ok());
     }
+}
+
+/// CPU time of the process (its exited threads included) that no sample
+/// charged and osprey's own threads did not use, in total: it grows by the
+/// CPU of threads that are not sampled, and otherwise stays within a
+/// sampling period per running thread.
+fn uncharged_ns() -> Option<i64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return None;
+    }
+    let process = ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
+    let own: u64 = internal_tids().filter_map(thread_cpu_ns).sum();
+    Some(process - STATE.charged_ns.load(Relaxed) as i64 - own as i64)
 }
 
 /// Stack bounds and CPU clock for a record claimed by the priming handler

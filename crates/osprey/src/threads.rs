@@ -79,6 +79,11 @@ pub fn unregister_current() {
 /// sampled or accounted.
 static INTERNAL: [AtomicI32; 8] = [const { AtomicI32::new(0) }; 8];
 
+/// osprey's own threads that exist now.
+pub fn internal_tids() -> impl Iterator<Item = i32> {
+    INTERNAL.iter().map(|t| t.load(Relaxed)).filter(|&t| t > 0)
+}
+
 /// Whether `tid` is one of osprey's own threads.
 pub fn is_internal(tid: i32) -> bool {
     tid > 0 && INTERNAL.iter().any(|t| t.load(Relaxed) == tid)
@@ -127,6 +132,7 @@ fn charge_remainder(reg: &Registry, slot: usize, rec: &Record, tid: i32) {
         n => frames.get(..n).unwrap_or(&[]),
     };
     rec.charged_ns.fetch_add(rest, Relaxed);
+    STATE.charged_ns.fetch_add(rest, Relaxed);
     let ctx = rec.context.read().unwrap_or_default();
     storage.put(slot, stack, false, 0, rest, |trace_id| {
         let sample = SampleRecord {

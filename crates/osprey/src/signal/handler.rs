@@ -61,6 +61,7 @@ pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t
     // tick) carries their count: the sample is weighted so CPU time is exact.
     let cpu_ns = STATE.period_ns.load(Relaxed).saturating_mul(1 + overrun as u64);
     rec.charged_ns.fetch_add(cpu_ns, Relaxed);
+    STATE.charged_ns.fetch_add(cpu_ns, Relaxed);
     let tid = rec.tid.load(Relaxed);
     let stack = frames.get(..walk.len).unwrap_or(&[]);
     storage.put(slot, stack, walk.truncated, 1, cpu_ns, |trace_id| {

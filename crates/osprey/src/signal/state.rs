@@ -27,6 +27,8 @@ pub struct HandlerState {
     pub period_ns: AtomicU64,
     /// Sampling signals handled (any thread).
     pub signals: AtomicU64,
+    /// CPU nanoseconds charged to samples (any thread, exit remainders included).
+    pub charged_ns: AtomicU64,
     /// Samples whose walk did not reach an outermost frame (depth limit, a pc
     /// in no module, a frame the CFI cannot follow, unknown stack bounds).
     pub truncated: AtomicU64,
@@ -55,6 +57,7 @@ pub static STATE: HandlerState = HandlerState {
     max_depth: AtomicUsize::new(128),
     period_ns: AtomicU64::new(10_000_000),
     signals: AtomicU64::new(0),
+    charged_ns: AtomicU64::new(0),
     truncated: AtomicU64::new(0),
     cfi_walks: AtomicU64::new(0),
     cfi_complete: AtomicU64::new(0),
