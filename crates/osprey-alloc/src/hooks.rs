@@ -82,8 +82,9 @@ pub fn on_free(addr: *mut libc::c_void) {
     if live.load(Relaxed) == 0 {
         return;
     }
-    // SAFETY: set before LIVE; osprey's hook, with a block about to be freed.
+    // SAFETY: null or a `'static` table (`osprey_alloc_attach`).
     if let Some(h) = unsafe { HOOKS.load(Acquire).as_ref() } {
+        // SAFETY: osprey's hook, with a block about to be freed.
         unsafe { (h.forget)(addr as *mut u8) }
     }
 }
