@@ -38,11 +38,18 @@ fn tempdir(tag: &str) -> PathBuf {
 
 /// The fixture, compiled into `dir`.
 fn fixture(dir: &Path) -> PathBuf {
+    fixture_linked(dir, &[])
+}
+
+/// The fixture linked with `libs` too (before libc).
+fn fixture_linked(dir: &Path, libs: &[&Path]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/alloc.c");
     let bin = dir.join("alloc");
     let st = Command::new("cc")
         .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-builtin", "-pthread"])
         .arg(&src)
+        .arg("-Wl,--no-as-needed")
+        .args(libs)
         .arg("-o")
         .arg(&bin)
         .status()
@@ -121,31 +128,47 @@ fn alloc_space_split_50_30_20() {
     assert_split(&read_all(&dir), "glibc");
 }
 
-/// The split program with another allocator preloaded after osprey
-/// (`osprey exec` puts its agent first): that allocator serves the blocks,
-/// osprey samples them.
-fn other_allocator(lib: &str, tag: &str) {
+/// The split program with another allocator, preloaded after osprey's
+/// (`osprey exec` puts its libraries first) or linked into the program:
+/// that allocator serves the blocks, osprey samples them.
+fn other_allocator(lib: &str, tag: &str, linked: bool) {
     let lib = Path::new("/usr/lib/x86_64-linux-gnu").join(lib);
     assert!(lib.exists(), "{} missing: apt-get install libjemalloc2 libtcmalloc-minimal4 (CI does)", lib.display());
     let dir = tempdir(tag);
-    let bin = fixture(&dir);
-    exec_alloc(&dir, &[], &[("LD_PRELOAD", lib.to_str().unwrap())], &bin, &["split", "4096"], Duration::from_secs(300));
+    let (bin, env) = if linked {
+        (fixture_linked(&dir, &[&lib]), vec![])
+    } else {
+        (fixture(&dir), vec![("LD_PRELOAD", lib.to_str().unwrap())])
+    };
+    exec_alloc(&dir, &[], &env, &bin, &["split", "4096"], Duration::from_secs(300));
     let ps = read_all(&dir);
     let files: Vec<&str> = ps[0].mapping.iter().map(|m| ps[0].string_table[m.filename as usize].as_str()).collect();
     assert!(files.iter().any(|f| f.contains(tag)), "{tag} not loaded: {files:?}");
-    assert_split(&ps, tag);
+    assert_split(&ps, &format!("{tag} {}", if linked { "linked" } else { "preloaded" }));
 }
 
 #[test]
 fn jemalloc_preloaded_is_profiled() {
     let _serial = serial();
-    other_allocator("libjemalloc.so.2", "jemalloc");
+    other_allocator("libjemalloc.so.2", "jemalloc", false);
 }
 
 #[test]
 fn tcmalloc_preloaded_is_profiled() {
     let _serial = serial();
-    other_allocator("libtcmalloc_minimal.so.4", "tcmalloc");
+    other_allocator("libtcmalloc_minimal.so.4", "tcmalloc", false);
+}
+
+#[test]
+fn jemalloc_linked_is_profiled() {
+    let _serial = serial();
+    other_allocator("libjemalloc.so.2", "jemalloc", true);
+}
+
+#[test]
+fn tcmalloc_linked_is_profiled() {
+    let _serial = serial();
+    other_allocator("libtcmalloc_minimal.so.4", "tcmalloc", true);
 }
 
 /// The program keeps 64 MiB from `keep_a` (4 KiB blocks) and 32 MiB from
