@@ -108,15 +108,49 @@ struct Run {
 }
 
 fn run(cmd: &mut Command) -> Run {
-    // The child's CPU is read as this process's children usage around the
-    // run (`cargo test` runs this test alone in its process).
-    let out = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).output().unwrap();
-    Run {
+    run_watched(cmd).0
+}
+
+/// Runs `cmd`, and returns with its result the CPU its own process used
+/// (read from `/proc` every 20 ms while it runs: its last few milliseconds
+/// are missed).
+fn run_watched(cmd: &mut Command) -> (Run, i64) {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let stat = format!("/proc/{}/stat", child.id());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let tick = 1_000_000_000 / unsafe_clock_ticks();
+            let mut last = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(s) = std::fs::read_to_string(&stat) {
+                    let f: Vec<&str> = s.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+                    if f.first() != Some(&"Z") {
+                        let (u, k): (i64, i64) = (f[11].parse().unwrap_or(0), f[12].parse().unwrap_or(0));
+                        last = (u + k) * tick;
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            last
+        })
+    };
+    let out = child.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let own = watcher.join().unwrap();
+    let run = Run {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         cpu_ns: 0,
-    }
+    };
+    (run, own)
+}
+
+fn unsafe_clock_ticks() -> i64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1)
 }
 
 fn children_cpu_ns() -> i64 {
@@ -127,17 +161,29 @@ fn children_cpu_ns() -> i64 {
     (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1_000_000_000 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1_000
 }
 
-fn profile_cpu_ns(dir: &Path) -> i64 {
-    let mut total = 0;
+/// The CPU total of every profile in `dir`, and the part under `frame`.
+fn profile_cpu_ns(dir: &Path, frame: &str) -> (i64, i64) {
+    let (mut total, mut under) = (0, 0);
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         if !e.path().to_string_lossy().ends_with(".pb.gz") {
             continue;
         }
         let p = osprey_pprof::read_profile(&e.path()).unwrap();
         let cpu = p.sample_type.iter().position(|t| p.string(t.r#type) == "cpu").unwrap();
-        total += p.sample.iter().map(|s| s.value[cpu]).sum::<i64>();
+        for s in &p.sample {
+            total += s.value[cpu];
+            let named = |id: &u64| {
+                let loc = p.location.iter().find(|l| l.id == *id);
+                let func =
+                    loc.and_then(|l| l.line.first()).and_then(|ln| p.function.iter().find(|f| f.id == ln.function_id));
+                func.is_some_and(|f| p.string(f.name) == frame)
+            };
+            if s.location_id.iter().any(named) {
+                under += s.value[cpu];
+            }
+        }
     }
-    total
+    (total, under)
 }
 
 #[test]
@@ -151,28 +197,43 @@ fn everything_at_once_at_one_khz() {
     assert!(st.success());
     let secs = if std::env::var_os("CI").is_some_and(|v| v == "true") { "8" } else { "60" };
 
-    let plain = run(Command::new(&exe).arg(secs));
+    let before = children_cpu_ns();
+    let mut plain = run(Command::new(&exe).arg(secs));
+    plain.cpu_ns = children_cpu_ns() - before;
     let before = children_cpu_ns();
     let out = dir.join("profiles");
-    let mut profiled = run(Command::new(osprey())
-        .args(["exec", "--hz", "1000", "--children", "--quiet", "--out"])
-        .arg(&out)
-        .arg("--")
-        .arg(&exe)
-        .arg(secs));
+    let (mut profiled, parent_ns) = run_watched(
+        Command::new(osprey())
+            .args(["exec", "--hz", "1000", "--children", "--quiet", "--out"])
+            .arg(&out)
+            .arg("--")
+            .arg(&exe)
+            .arg(secs),
+    );
     profiled.cpu_ns = children_cpu_ns() - before;
 
     assert_eq!(plain.code, Some(7), "without osprey: {} {}", plain.stdout, plain.stderr);
     assert_eq!(profiled.code, Some(7), "exit status changed: {} / {}", profiled.stdout, profiled.stderr);
     assert_eq!(profiled.stdout, plain.stdout, "output changed");
     assert_eq!(plain.stdout, "spawned yes forked yes execed yes signals yes\nfinal ok\n");
-    // With --children every process of the tree writes its own profiles.
-    let prof = profile_cpu_ns(&out);
-    eprintln!("chaos {secs} s: tree CPU {} ms, profile {} ms", profiled.cpu_ns / 1_000_000, prof / 1_000_000);
-    // The target is within 10%; measured 68-82% on a loaded 2-core machine
-    // (the CPU of short processes and threads of a busy tree that end
-    // between samples is still missed). The bound here catches a profile
-    // that loses most of the tree.
-    let ratio = prof as f64 / profiled.cpu_ns as f64;
-    assert!((0.6..=1.1).contains(&ratio), "profile CPU {prof} ns vs process tree {} ns", profiled.cpu_ns);
+    // With --children every process of the tree writes its own profiles,
+    // which show osprey's own CPU in each process under `[osprey] agent`.
+    // What the tree used is the profiles' total plus the `osprey exec`
+    // parent (which profiles nothing of its own).
+    let (prof, agent) = profile_cpu_ns(&out, "[osprey] agent");
+    let tree = profiled.cpu_ns - parent_ns;
+    eprintln!(
+        "chaos {secs} s: tree {} ms (exec parent {} ms apart); profiles {} ms, of which [osprey] agent {} ms; program alone, without osprey: {} ms",
+        tree / 1_000_000,
+        parent_ns / 1_000_000,
+        prof / 1_000_000,
+        agent / 1_000_000,
+        plain.cpu_ns / 1_000_000
+    );
+    let ratio = prof as f64 / tree as f64;
+    eprintln!("profiles / tree: {ratio:.3}");
+    // Target: within 10%; measured 0.83-0.88 with the debug agent on 2
+    // shared cores (see the README for what the rest is). The bound
+    // catches a profile that loses a process kind or a thread kind.
+    assert!((0.75..=1.1).contains(&ratio), "profile CPU {prof} ns vs process tree {tree} ns");
 }

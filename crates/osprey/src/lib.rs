@@ -133,7 +133,8 @@ pub mod internals {
     /// Synthetic frame names the collector writes.
     pub mod collector {
         pub use crate::collector::{
-            FRAME_ALLOC_LOST, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED, FRAME_UNREGISTERED,
+            FRAME_AGENT, FRAME_ALLOC_LOST, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED,
+            FRAME_UNREGISTERED,
         };
     }
 }

@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::dispositions::{self, Installed};
 use crate::error::Error;
 use crate::registry::{Registry, RegistryConfig};
-use crate::signal::{self, sys, STATE};
+use crate::signal::{self, sys, MAX_FRAMES, STATE};
 use crate::storage::{CallTraceStorage, StorageConfig};
 use crate::{cpu_clock, shutdown, threads, unwind_tables};
 use std::path::{Path, PathBuf};
@@ -109,7 +109,7 @@ impl Builder {
     }
     /// Starts sampling every thread of the process.
     pub fn start(self) -> Result<Profiler, Error> {
-        start(self.cfg)
+        collector::own_setup(|| start(self.cfg))
     }
 }
 
@@ -200,6 +200,9 @@ fn flush_for_shutdown() {
 /// Writes the profile so far, waiting at most `shutdown::FLUSH_WAIT` (for
 /// `abort`, `_exit`). Does nothing in a process the agent does not belong to.
 pub fn flush_bounded() {
+    if owns_process() {
+        threads::charge_current_remainder();
+    }
     flush_for_shutdown();
 }
 
@@ -295,7 +298,7 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
     }
     FORK_HOOK.call_once(|| {
         // SAFETY: registering plain extern "C" callbacks.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_child)) };
     });
     Ok(Profiler { stopped: false })
 }
@@ -338,10 +341,16 @@ fn install_handlers(cfg: &Config) -> Result<(Vec<Installed>, i32, i32), Error> {
 pub fn check_writable(dir: &Path) -> Result<(), Error> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("cannot create output directory {}", dir.display()), e))?;
-    let probe = dir.join(format!(".osprey-write-test-{}", sys::getpid()));
-    std::fs::write(&probe, b"")
-        .map_err(|e| Error::io(format!("output directory {} is not writable", dir.display()), e))?;
-    let _ = std::fs::remove_file(probe);
+    // Asked of the kernel (permissions, read-only mounts) rather than by
+    // creating a file: every process of a profiled tree starts here.
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| {
+        Error::io(format!("output directory {}", dir.display()), std::io::ErrorKind::InvalidInput.into())
+    })?;
+    // SAFETY: a NUL-terminated path; faccessat only reads it.
+    if unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK | libc::X_OK, libc::AT_EACCESS) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::io(format!("output directory {} is not writable", dir.display()), e));
+    }
     Ok(())
 }
 
@@ -370,6 +379,9 @@ fn stop() -> Vec<PathBuf> {
     let _g = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let Some(agent) = current_agent() else { return vec![] };
     let Some(reg) = Registry::get() else { return vec![] };
+    // 0. The stopping thread's CPU since its last sample (at `exit`, the
+    // whole of a process shorter than a clock tick).
+    threads::charge_current_remainder();
     // 1. No new samples: sampling off (Dekker pair with the handler), clocks closed.
     signal::alloc::disarm();
     STATE.enabled.store(false, SeqCst);
@@ -401,13 +413,34 @@ fn stop() -> Vec<PathBuf> {
     files
 }
 
+/// The thread that is forking (set in the parent just before `fork`).
+static FORKING_TID: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn before_fork() {
+    FORKING_TID.store(sys::gettid(), Relaxed);
+}
+
 /// In a forked child: the registry is reduced to the one thread that exists,
 /// the parent's buffered samples are discarded (the parent reports them), and
 /// profiling continues with a new agent thread (or stops if configured so).
 extern "C" fn after_fork_child() {
+    collector::forget_inherited_own();
+    collector::own_setup(continue_in_child);
+}
+
+fn continue_in_child() {
     let Some(agent) = current_agent() else { return };
     let Some(reg) = Registry::get() else { return };
     let me = sys::gettid();
+    // The stack the forking thread was last sampled in, for CPU this
+    // thread uses before its own first sample (a child shorter than that).
+    let forked_from = reg.lookup(FORKING_TID.load(Relaxed)).map(|(_, rec)| {
+        let n = (rec.last_depth.load(Relaxed) as usize).min(MAX_FRAMES);
+        let mut frames = [0u64; MAX_FRAMES];
+        // SAFETY: the thread that owned this buffer does not exist in the child.
+        frames[..n].copy_from_slice(unsafe { &(&*rec.frames.get())[..n] });
+        (frames, n, rec.start_routine.load(Relaxed))
+    });
     // Inherited perf fds belong to the parent's threads: close without
     // disabling (the event is shared with the parent).
     reg.for_each_active(|_, rec| {
@@ -445,7 +478,18 @@ extern "C" fn after_fork_child() {
     }));
     AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(child as *const _ as *mut _, Release);
-    threads::register_current();
+    if let (Some((_, rec)), Some((frames, n, start))) = (threads::register_current(), forked_from) {
+        // A stack of its own (its clock already fired) is kept.
+        if rec.last_depth.load(Relaxed) == 0 {
+            let _blocked = threads::SignalBlock::all();
+            // SAFETY: this thread's own buffer, its sampling signal blocked.
+            unsafe { (&mut *rec.frames.get())[..n].copy_from_slice(&frames[..n]) };
+            rec.last_depth.store(n as u32, Relaxed);
+        }
+        if rec.start_routine.load(Relaxed) == 0 {
+            rec.start_routine.store(start, Relaxed);
+        }
+    }
     if collector::spawn(child).is_err() {
         STATE.enabled.store(false, SeqCst);
     }

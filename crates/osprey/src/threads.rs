@@ -28,6 +28,7 @@ pub fn register_current() -> Option<(usize, &'static Record)> {
         claimed = claim();
     }
     let (idx, rec) = claimed?;
+    crate::signal::charge_from_now(rec);
     if rec.stack_hi.load(Acquire) == 0 {
         if let Some((lo, hi)) = current_stack_bounds() {
             rec.stack_lo.store(lo, Relaxed);
@@ -72,6 +73,20 @@ pub fn unregister_current() {
             rec.exit_name[1].store(word(8), Release);
         }
         reg.retire(me);
+    }
+}
+
+/// Process-exit path (`exit`, `_exit`, the last profile): charges the CPU
+/// time the calling thread used since its last sample, as a thread exit
+/// does, and leaves it registered. A process shorter than the clock's
+/// resolution (POSIX timers tick at the scheduler's rate) would otherwise
+/// show none of the CPU it used.
+pub fn charge_current_remainder() {
+    let Some(reg) = Registry::get() else { return };
+    let _blocked = SignalBlock::all();
+    let me = sys::gettid();
+    if let Some((slot, rec)) = reg.lookup(me) {
+        charge_remainder(reg, slot, rec, me);
     }
 }
 

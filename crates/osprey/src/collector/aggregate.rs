@@ -103,6 +103,9 @@ pub const FRAME_RING_FULL: &str = "[osprey] lost: sample buffer full";
 /// Sampled allocations osprey could not record (the thread was inside
 /// osprey already, or not registered).
 pub const FRAME_ALLOC_LOST: &str = "[osprey] lost: allocation sample not recorded";
+/// osprey's own CPU in the process: its threads, and its setup on the
+/// program's threads (see `collector::own`).
+pub const FRAME_AGENT: &str = "[osprey] agent";
 /// Samples on threads without a registry record.
 pub const FRAME_UNREGISTERED: &str = "[osprey] dropped: thread not registered";
 pub const FRAME_UNRESOLVED: &str = "[osprey] unresolved call trace";
@@ -126,6 +129,8 @@ pub struct Aggregator {
     unregistered_seen: u64,
     /// CPU ns of threads that could not be sampled, since the last flush.
     unsampled: HashMap<Unsampled, u64>,
+    /// osprey's own CPU ns since the last flush.
+    own_ns: u64,
 }
 
 impl Default for Aggregator {
@@ -148,6 +153,7 @@ impl Aggregator {
             start_mono_ns: sys::monotonic_ns(),
             unregistered_seen: Registry::get().map_or(0, |r| r.dropped_unregistered.load(Relaxed)),
             unsampled: HashMap::new(),
+            own_ns: 0,
         }
     }
 
@@ -193,6 +199,11 @@ impl Aggregator {
                 }
             }
         }
+    }
+
+    /// Adds osprey's own CPU time.
+    pub fn add_own(&mut self, ns: u64) {
+        self.own_ns += ns;
     }
 
     /// Adds CPU time discovery accounted for threads it could not sample.
@@ -395,6 +406,14 @@ impl Aggregator {
                 }
                 Unsampled::Blocked(_) => {}
             }
+        }
+        let own_ns = std::mem::take(&mut self.own_ns);
+        if own_ns > 0 {
+            samples.push(Sample {
+                frames: vec![Frame::Synthetic(FRAME_AGENT.into())],
+                values: self.cpu_values(0, own_ns),
+                labels: vec![],
+            });
         }
         if unregistered_ns > 0 {
             samples.push(Sample {

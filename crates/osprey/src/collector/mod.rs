@@ -6,11 +6,13 @@
 
 mod aggregate;
 mod heap;
+mod own;
 
 pub use aggregate::{
-    Aggregator, Kinds, FRAME_ALLOC_LOST, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL, FRAME_TRUNCATED,
-    FRAME_UNREGISTERED,
+    Aggregator, Kinds, FRAME_AGENT, FRAME_ALLOC_LOST, FRAME_BLOCKED, FRAME_RING_FULL, FRAME_STORAGE_FULL,
+    FRAME_TRUNCATED, FRAME_UNREGISTERED,
 };
+pub(crate) use own::{forget_inherited as forget_inherited_own, setup as own_setup};
 
 use crate::config::Config;
 use crate::discovery::Discovery;
@@ -88,6 +90,7 @@ fn run(agent: &'static Agent) {
     // Wall time: blocked threads sampled here, running ones through their CPU clocks.
     let mut wall = cfg.wall.then(|| crate::wall::sampler::Sampler::new(cfg.wall_hz, cfg.wall_threads));
     let mut next_wall = now;
+    let mut own = own::OwnCpu::default();
     loop {
         match &mut tables {
             Some(t) => unwind_tables::refresh(t),
@@ -140,6 +143,7 @@ fn run(agent: &'static Agent) {
         }
         if flush_now || now >= next_flush {
             aggregator.add_unsampled(discovery.take_unsampled());
+            aggregator.add_own(own.take());
             let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref());
             let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
             g.flush_requested = false;
@@ -160,6 +164,7 @@ fn run(agent: &'static Agent) {
     // Final flush: sampling is already off and no handler is in flight (see `profiler::stop`).
     discovery.check_now(reg);
     aggregator.add_unsampled(discovery.take_unsampled());
+    aggregator.add_own(own.take());
     let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref());
     if let Some(t) = tables {
         unwind_tables::park(t);
@@ -200,7 +205,10 @@ fn write(
     comments.push(format!("osprey {} hz={}", env!("CARGO_PKG_VERSION"), agent.cfg.hz));
     let mut data = aggregator.flush(reg, storage, agent.cfg.period_ns(), comments);
     data.lines = agent.cfg.lines;
-    if data.samples.is_empty() {
+    // osprey's own CPU alone is no profile of the program (a process that
+    // ran less than a sampling period writes nothing).
+    let own_only = |s: &pprof::Sample| matches!(s.frames.as_slice(), [pprof::Frame::Synthetic(f)] if f == FRAME_AGENT);
+    if data.samples.iter().all(own_only) {
         return None;
     }
     let written = match delivery {

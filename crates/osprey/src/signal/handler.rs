@@ -95,10 +95,18 @@ pub(crate) unsafe extern "C" fn on_prime(_sig: libc::c_int, _info: *mut libc::si
     let me = sys::gettid();
     let _depth = DepthGuard::enter(reg, me);
     if let Some((_, rec)) = reg.claim(me, Origin::Discovery, sys::monotonic_ns()) {
+        charge_from_now(rec);
         // SAFETY: `uc` is the ucontext of this SA_SIGINFO handler.
         let sp = unsafe { Regs::from_ucontext(uc) }.sp as usize;
         let _ = rec.primed_sp.compare_exchange(0, sp, Relaxed, Relaxed);
     }
+}
+
+/// A record just claimed by the calling thread: the CPU it used before
+/// (e.g. in the program image it exec'd from, whose agent reported it) is
+/// not its to charge. Signal-safe.
+pub(crate) fn charge_from_now(rec: &Record) {
+    let _ = rec.charged_ns.compare_exchange(0, sys::thread_cpu_ns(), Relaxed, Relaxed);
 }
 
 /// A sampling handler between "sampling is on" and its last storage access.

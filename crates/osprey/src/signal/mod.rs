@@ -44,6 +44,6 @@ mod wall;
 
 pub use handler::in_handler;
 pub use handler::on_sample;
-pub(crate) use handler::{on_prime, InFlight};
+pub(crate) use handler::{charge_from_now, on_prime, InFlight};
 pub use state::{HandlerState, MAX_FRAMES, STATE};
 pub use wall::WALL_RUNNING;
