@@ -306,8 +306,6 @@ struct Walk {
     frames: Vec<Frame>,
     /// Addresses of the frames visited, innermost first.
     chain: Vec<u64>,
-    top: u64,
-    leaf_code: u64,
     end: End,
 }
 
@@ -378,7 +376,9 @@ impl Snapshot {
 }
 
 /// Walks the stack of `tstate` once, leaf first, as far as it is valid.
-fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<Walk, io::Error> {
+/// With `last_resort`, a walk torn by the stack moving is replaced by one
+/// found within the snapshot alone (see below).
+fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64, last_resort: bool) -> Result<Walk, io::Error> {
     let l = &t.layout;
     let live = live_flag(l);
     let size = live.map_or(l.frame_size_to_read, |(o, _)| l.frame_size_to_read.max(o + 1));
@@ -390,13 +390,15 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64) -> Result<Walk, io:
         None => top_frame(t, tstate)?,
     };
     let mut w = walk_from(t, cache, &snap, top, size, false)?;
-    if w.end == End::Torn {
+    if w.end == End::Torn && last_resort {
         // The stack moved on between the frame pointer and the frames: the
-        // snapshot alone may still hold one whole stack.
-        // Every running frame of the snapshot is walked from within it
-        // alone; of those that reach the outermost frame, the deepest is
-        // kept (each of its frames was running, the caller of the one
-        // before, when copied).
+        // snapshot alone may still hold one whole stack. Every running
+        // frame of the snapshot is walked from within it alone; of those
+        // that reach the outermost frame, the deepest is kept (each of its
+        // frames was running, the caller of the one before, when copied).
+        // Only as a last resort: such a stack is one the thread was in
+        // while the stack shrank under the copy, which favours callers
+        // over their short callees if taken at every tear.
         let tops = live.map(|lv| snap.own_tops(l, lv)).unwrap_or_default();
         for own in tops {
             let again = walk_from(t, cache, &snap, own, size, true)?;
@@ -430,7 +432,7 @@ fn walk_from(
 ) -> io::Result<Walk> {
     let l = &t.layout;
     let live = live_flag(l);
-    let mut w = Walk { frames: Vec::new(), top, leaf_code: 0, end: End::Root, chain: Vec::new() };
+    let mut w = Walk { frames: Vec::new(), end: End::Root, chain: Vec::new() };
     let mut seen = HashSet::new();
     let mut f = top;
     let mut depth = 0;
@@ -469,10 +471,6 @@ fn walk_from(
         let code = code_raw & !7;
         let prev = rd_u64(&b, l.frame_previous as usize);
         let instr_raw = rd_u64(&b, l.frame_instr as usize);
-        if depth == 1 {
-            // Compared with the raw word re-read later: keep the tag.
-            w.leaf_code = code_raw;
-        }
         let owner = l.frame_owner.map(|o| b[o as usize]);
         f = prev;
         // Highest owner value a frame can have: 3.14 added one (the C
@@ -529,28 +527,21 @@ pub enum StackRead {
 /// Reads the stack of `tstate`. Every frame is checked when read (a running
 /// frame, a code object); a walk that meets one that is not, or loops, is
 /// retried up to [`ATTEMPTS`] times, and the longest one is kept with a
-/// `[truncated]` frame if none reaches the outermost frame. A walk that
-/// reaches it is preferred when the innermost frame did not change while it
-/// was read (re-checked: its address and code object); otherwise the last
-/// complete walk is kept, since each of its frames was the running caller
-/// of the one before when read. Never drops a sample.
+/// `[truncated]` frame if none reaches the outermost frame. The first walk
+/// that reaches it is kept even if the innermost frame moved on meanwhile:
+/// each of its frames was the running caller of the one before when read,
+/// and reading again until the stack holds still would favour the frames
+/// that live longest (a caller over its short callees). Never drops a
+/// sample.
 pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut u64) -> io::Result<StackRead> {
-    let mut complete: Option<Vec<Frame>> = None;
     let mut longest: Option<Walk> = None;
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
             *retries += 1;
         }
-        let w = walk_once(t, cache, tstate)?;
+        let w = walk_once(t, cache, tstate, attempt + 1 == ATTEMPTS)?;
         match w.end {
-            End::Root => {
-                let still = top_frame(t, tstate)? == w.top
-                    && (w.top == 0 || t.mem.u64(w.top + t.layout.frame_code)? == w.leaf_code);
-                if still {
-                    return Ok(StackRead::Ok(w.frames));
-                }
-                complete = Some(w.frames);
-            }
+            End::Root => return Ok(StackRead::Ok(w.frames)),
             End::Deep => {
                 let mut frames = w.frames;
                 frames.push(Frame::Synthetic(TRUNCATED.into()));
@@ -562,12 +553,6 @@ pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut 
                 }
             }
         }
-        if complete.is_some() && attempt + 1 >= ATTEMPTS_COMPLETE {
-            break;
-        }
-    }
-    if let Some(frames) = complete {
-        return Ok(StackRead::Ok(frames));
     }
     let w = longest.expect("at least one attempt");
     let mut frames = w.frames;
@@ -579,8 +564,6 @@ pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut 
 const ATTEMPTS: u32 = 16;
 /// Frame addresses remembered per thread beyond its last walk's.
 const HINT_FRAMES: usize = 256;
-/// Walks after which a complete walk whose innermost frame moved is kept.
-const ATTEMPTS_COMPLETE: u32 = 3;
 
 #[cfg(test)]
 mod tests {
