@@ -288,6 +288,24 @@ fn live_flag(l: &Layout) -> Option<LiveFlag> {
     }
 }
 
+/// Offset of `co_zombieframe` in a 3.8-3.10 code object (after
+/// `co_linetable`/`co_lnotab`).
+const CODE_ZOMBIEFRAME_3_8: u64 = 128;
+
+/// Whether `frame` (copied in `b`, no longer running) is the zombie frame of
+/// its own code object (3.8-3.10): such a frame is only ever reused for a
+/// call of that code object, so its code object and caller are those of the
+/// call that just returned. The thread's innermost frame when its pointer was
+/// read may be trusted that way: a short function that returned during the
+/// copy still counts for the time it ran.
+fn own_zombie(t: &Target, frame: u64, b: &[u8]) -> bool {
+    if !(8..=10).contains(&t.layout.minor) {
+        return false;
+    }
+    let code = rd_u64(b, t.layout.frame_code as usize);
+    code != 0 && t.mem.u64(code + CODE_ZOMBIEFRAME_3_8).is_ok_and(|z| z == frame)
+}
+
 /// How a walk ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum End {
@@ -462,7 +480,7 @@ fn walk_from(
                 }
             },
         };
-        if live.is_some_and(|(o, is_live)| !is_live(b[o])) {
+        if live.is_some_and(|(o, is_live)| !is_live(b[o])) && !(depth == 1 && !snapshot_only && own_zombie(t, f, &b)) {
             w.end = End::Torn;
             break;
         }
