@@ -106,7 +106,7 @@ fn methods_agree(name: &str) {
 /// it may take. Sampling stops once the workload has used `CPU_GOAL` of CPU
 /// (its own `thread_time` count), so a loaded machine means a longer run,
 /// not fewer samples.
-const CPU_GOAL: f64 = 4e9;
+const CPU_GOAL: f64 = 8e9;
 const WALL_LIMIT: Duration = Duration::from_secs(25);
 
 /// The 50/30/20 measurement, taken once more when it misses the bound: it
