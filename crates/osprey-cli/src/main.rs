@@ -55,6 +55,11 @@ pub struct Sampling {
     /// Mean bytes allocated between two allocation samples (`K`/`M` suffix).
     #[arg(long, default_value = "512K", value_name = "BYTES")]
     pub alloc_interval: String,
+    /// CPython: the native frames (C extensions, libraries, the
+    /// interpreter's C functions) merged with the Python frames. Each running
+    /// thread is stopped for the moment of its read (ptrace).
+    #[arg(long)]
+    pub native: bool,
     /// No messages from osprey on stderr (errors excepted).
     #[arg(long, short)]
     pub quiet: bool,

@@ -80,7 +80,9 @@ fn from_debug_files(pid: Pid, lookup: &[u64], out: &mut [Resolved]) {
         let a = lookup[i];
         let Some(m) = modules.iter().position(|m| m.start <= a && a < m.end) else { continue };
         let module = &modules[m];
-        let syms = symbols.entry(m).or_insert_with(|| Symbols::load_with_debug(&module.path, Some(root)).ok());
+        let syms = symbols.entry(m).or_insert_with(|| {
+            Symbols::load_with_debug(&osprey_unwind::scan::file_of(pid, &module.path), Some(root)).ok()
+        });
         if let Some((name, _)) = syms.as_ref().and_then(|s| s.lookup(a.wrapping_sub(module.bias))) {
             out[i] = Resolved {
                 lines: vec![SymLine { name: name.to_string(), file: String::new(), line: 0 }],

@@ -16,8 +16,10 @@ mod gc;
 mod gilwait;
 pub mod layout;
 mod namespace;
+pub mod native;
 pub mod object_layout;
 pub mod process;
+mod ptrace;
 mod pyobject;
 mod sampler;
 pub mod stack;
@@ -53,6 +55,8 @@ pub struct Options {
     pub method: Option<Method>,
     /// Samples carry their time (a timeline).
     pub timeline: bool,
+    /// Mixed native and Python stacks (see [`native`]).
+    pub native: bool,
 }
 
 impl Default for Options {
@@ -64,6 +68,7 @@ impl Default for Options {
             duration: None,
             method: None,
             timeline: false,
+            native: false,
         }
     }
 }
@@ -105,6 +110,8 @@ pub struct Summary {
     pub flush_errors: Vec<String>,
     /// Non-fatal problems worth telling the user (e.g. ptrace refused).
     pub warnings: Vec<String>,
+    /// How `--native` merges went.
+    pub native: Option<native::NativeStats>,
 }
 
 /// Why a target could not be opened or sampled.
@@ -210,6 +217,15 @@ pub fn attach_with_sink(
         summary.warnings.push(format!("TSS method unavailable: {e}"));
     }
     let mut sampler = Sampler::new(target, opts.method)?;
+    if opts.native {
+        let n = native::Native::new(pid, &sampler.target.module.path, sampler.disc.child);
+        if n.modules() == 0 {
+            return Err(Error::Unsupported(format!(
+                "--native: no module of process {pid} could be read for unwinding"
+            )));
+        }
+        sampler.native = Some(n);
+    }
     let started = Instant::now();
     sampler.wait_initialized(Duration::from_secs(5));
 
@@ -278,6 +294,14 @@ pub fn attach_with_sink(
         summary.warnings.push(format!(
             "per-thread CPU clocks unavailable ({e}): CPU time goes to runnable threads, preempted ones included"
         ));
+    }
+    if let Some(n) = &sampler.native {
+        summary.native = Some(n.stats);
+        if let Some(e) = &n.last_stop_error {
+            summary
+                .warnings
+                .push(format!("--native: {} threads could not be stopped (last: {e})", n.stats.stop_failed));
+        }
     }
     if let Some(e) = &sampler.disc.last_ptrace_error {
         summary

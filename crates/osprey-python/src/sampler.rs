@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use osprey_pprof::Frame;
 
 use crate::cpuclock::TaskClock;
-use crate::stack::{read_stack, CodeCache, End, StackRead};
+use crate::stack::{read_stack, CodeCache, End};
 use crate::state::{classify, ProcFiles, Sys};
 use crate::target::Target;
 use crate::threads::Discovery;
@@ -85,6 +85,8 @@ pub struct Sampler {
     tasks: crate::asyncio::Tasks,
     /// Python thread names (`threading`), refreshed about once a second.
     pub names: crate::thread_names::ThreadNames,
+    /// Mixed native and Python stacks (`--native`), when enabled.
+    pub native: Option<crate::native::Native>,
 }
 
 /// CPU time of the whole process (ns), from its process CPU clock
@@ -121,7 +123,8 @@ fn young_thread_cpu(pid: i32, tid: i32) -> Option<u64> {
 /// The process is gone (exited, or became a zombie).
 pub struct Gone;
 
-fn process_alive(pid: i32) -> bool {
+/// Also true of a thread id (its `/proc` entry is reachable though hidden).
+pub(crate) fn process_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => !matches!(crate::state::parse_stat(&s).map(|k| k.state), Some('Z') | Some('X') | None),
         Err(_) => false,
@@ -157,8 +160,9 @@ impl Sampler {
             }
         }
         let mut disc = Discovery::default();
-        if method.is_none() && target.layout.tstate_native_thread_id.is_some() && is_our_child(target.pid) {
-            disc.no_ptrace = true;
+        if is_our_child(target.pid) {
+            disc.child = Some(target.pid);
+            disc.no_ptrace = method.is_none() && target.layout.tstate_native_thread_id.is_some();
         }
         Ok(Sampler {
             target,
@@ -179,6 +183,7 @@ impl Sampler {
             gil_waits: Default::default(),
             tasks: Default::default(),
             names: Default::default(),
+            native: None,
         })
     }
 
@@ -255,6 +260,7 @@ impl Sampler {
     /// Samples every thread once. `Err(Gone)` when the process has exited.
     pub fn sample(&mut self) -> Result<Vec<ThreadSample>, Gone> {
         self.refresh_tids()?;
+        crate::ptrace::settle();
         self.stats.passes += 1;
         let now = Instant::now();
         let cpu_now = process_cpu_ns(self.target.pid);
@@ -296,16 +302,33 @@ impl Sampler {
             // task that switched during the read is the one that ran when
             // the innermost frames were read (first), or, if none ran then,
             // the one that started during the read.
+            // `--native`: a running thread stands still while both its
+            // native and its Python stacks are read.
+            let stopped = match &mut self.native {
+                Some(n) if k.state == 'R' => n.stop(tid),
+                _ => None,
+            };
+            let native = match (&mut self.native, &stopped) {
+                (Some(n), Some(s)) => n.unwind(s),
+                _ => None,
+            };
             let task_before = self.tasks.running(&self.target, tstate);
             let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries);
             let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
+            let was_stopped = stopped.is_some();
+            drop(stopped);
             let after = clock.as_ref().and_then(|c| c.read().ok());
             let (mut frames, truncated) = match read {
-                Ok(StackRead::Ok(f)) => (f, None),
-                Ok(StackRead::Truncated(f, why)) => {
-                    self.stats.torn += 1;
-                    self.stats.cycles += (why == End::Cycle) as u64;
-                    (f, Some(why))
+                Ok(stack) => {
+                    if let Some(why) = stack.truncated {
+                        self.stats.torn += 1;
+                        self.stats.cycles += (why == End::Cycle) as u64;
+                    }
+                    let frames = match (&mut self.native, native) {
+                        (Some(n), Some((nf, complete))) => n.merge(&nf, complete, &stack),
+                        _ => stack.frames,
+                    };
+                    (frames, stack.truncated)
                 }
                 Err(_) => {
                     if !process_alive(pid) {
@@ -325,6 +348,8 @@ impl Sampler {
             // On a CPU during the stack read: its exact clock moved. Without
             // one, runnable (which also counts preempted threads).
             let on_cpu = match (before, after) {
+                // Stopped for the read, so its clock may not have moved.
+                _ if was_stopped => true,
                 (Some(a), Some(b)) => b > a,
                 _ if holds => k.state == 'R',
                 _ => sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R'),

@@ -325,6 +325,28 @@ struct Walk {
     /// Addresses of the frames visited, innermost first.
     chain: Vec<u64>,
     end: End,
+    evals: Evals,
+}
+
+/// Where each call of the interpreter's C evaluation function ends in a
+/// walk's frames: a call runs one frame (3.8-3.10) or, from 3.11, the frames
+/// pushed since it was entered (the outermost of them is marked: 3.11
+/// `is_entry`, 3.12+ an entry frame owned by the C stack below it).
+#[derive(Default)]
+struct Evals {
+    /// Per closed call, innermost first: one past its outermost shown frame.
+    ends: Vec<usize>,
+    /// Frames read (shown or not) since the last call closed.
+    open: usize,
+}
+
+impl Evals {
+    fn close(&mut self, shown: usize) {
+        if self.open > 0 {
+            self.ends.push(shown);
+            self.open = 0;
+        }
+    }
 }
 
 /// Frames read in one `process_vm_readv`, before the walk: the addresses
@@ -450,7 +472,9 @@ fn walk_from(
 ) -> io::Result<Walk> {
     let l = &t.layout;
     let live = live_flag(l);
-    let mut w = Walk { frames: Vec::new(), end: End::Root, chain: Vec::new() };
+    let mut w = Walk { frames: Vec::new(), end: End::Root, chain: Vec::new(), evals: Evals::default() };
+    // 3.11: `is_entry` is the byte before `owner`.
+    let is_entry_311 = l.frame_owner.filter(|_| l.minor == 11).map(|o| o as usize - 1);
     let mut seen = HashSet::new();
     let mut f = top;
     let mut depth = 0;
@@ -495,34 +519,44 @@ fn walk_from(
         // stack's frames are 4, the interpreter's base frame 3).
         let max_owner = if l.minor >= 14 { FRAME_OWNED_BY_CSTACK + 1 } else { FRAME_OWNED_BY_CSTACK };
         if l.minor >= 12 && owner.is_some_and(|o| (FRAME_OWNED_BY_CSTACK..=max_owner).contains(&o)) {
+            w.evals.close(w.frames.len());
             continue;
         }
         if owner.is_some_and(|o| o > max_owner) || code == 0 {
             w.end = End::Torn;
             break;
         }
+        // This frame belongs to the open call, shown or not; a call that
+        // runs one frame, or whose entry this frame is, closes after it.
+        w.evals.open += 1;
+        let closes = l.minor <= 10 || is_entry_311.is_some_and(|o| b.get(o).is_some_and(|&e| e != 0));
         let e = match cache.entry(t, code) {
-            Ok(Some(e)) => e,
-            Ok(None) if l.minor >= 13 => continue,
+            Ok(Some(e)) => Some(e),
+            Ok(None) if l.minor >= 13 => None,
             Ok(None) | Err(FrameErr::Torn) => {
                 w.end = End::Torn;
                 break;
             }
             Err(FrameErr::Io(e)) => return Err(e),
         };
-        if t.is_shim_code(code, &e.name, &e.file) {
-            continue;
+        if let Some(e) = e.filter(|e| !t.is_shim_code(code, &e.name, &e.file)) {
+            let addr: i64 = match l.instr_kind {
+                InstrKind::LastiBytes => (instr_raw as u32 as i32) as i64,
+                InstrKind::LastiUnits => (instr_raw as u32 as i32) as i64 * 2,
+                InstrKind::Pointer => {
+                    let base = code + l.code_code_adaptive.unwrap_or(0);
+                    (instr_raw as i64 - base as i64) / 2
+                }
+            };
+            let line = e.lines.line(addr.clamp(0, u32::MAX as i64) as u32);
+            w.frames.push(Frame::Function { name: e.name.clone(), file: e.file.clone(), line: line as i64 });
         }
-        let addr: i64 = match l.instr_kind {
-            InstrKind::LastiBytes => (instr_raw as u32 as i32) as i64,
-            InstrKind::LastiUnits => (instr_raw as u32 as i32) as i64 * 2,
-            InstrKind::Pointer => {
-                let base = code + l.code_code_adaptive.unwrap_or(0);
-                (instr_raw as i64 - base as i64) / 2
-            }
-        };
-        let line = e.lines.line(addr.clamp(0, u32::MAX as i64) as u32);
-        w.frames.push(Frame::Function { name: e.name.clone(), file: e.file.clone(), line: line as i64 });
+        if closes {
+            w.evals.close(w.frames.len());
+        }
+    }
+    if w.end == End::Root {
+        w.evals.close(w.frames.len());
     }
     Ok(w)
 }
@@ -531,15 +565,21 @@ fn walk_from(
 /// of the stack that could not be read.
 pub const TRUNCATED: &str = "[truncated]";
 
-/// Outcome of reading one stack.
+/// One stack read.
 #[derive(Debug)]
-pub enum StackRead {
-    /// A stack read to its outermost frame.
-    Ok(Vec<Frame>),
-    /// What could be read, ending (root side) in a `[truncated]` frame: the
-    /// stack kept changing under the reader on every attempt, or looped, or
-    /// was deeper than [`MAX_DEPTH`].
-    Truncated(Vec<Frame>, End),
+pub struct Stack {
+    /// Innermost first; ending (root side) in a `[truncated]` frame when
+    /// `truncated` is set.
+    pub frames: Vec<Frame>,
+    /// Why the stack could not be read to its outermost frame: it kept
+    /// changing under the reader on every attempt, looped, or was deeper
+    /// than [`MAX_DEPTH`].
+    pub truncated: Option<End>,
+    /// Per call of the interpreter's C evaluation function, innermost
+    /// first: the index in `frames` one past the outermost frame it runs
+    /// (how Python frames sit among native ones; complete only when the
+    /// stack is not truncated).
+    pub evals: Vec<usize>,
 }
 
 /// Reads the stack of `tstate`. Every frame is checked when read (a running
@@ -551,7 +591,7 @@ pub enum StackRead {
 /// and reading again until the stack holds still would favour the frames
 /// that live longest (a caller over its short callees). Never drops a
 /// sample.
-pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut u64) -> io::Result<StackRead> {
+pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut u64) -> io::Result<Stack> {
     let mut longest: Option<Walk> = None;
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
@@ -559,11 +599,10 @@ pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut 
         }
         let w = walk_once(t, cache, tstate, attempt + 1 == ATTEMPTS)?;
         match w.end {
-            End::Root => return Ok(StackRead::Ok(w.frames)),
+            End::Root => return Ok(Stack { frames: w.frames, truncated: None, evals: w.evals.ends }),
             End::Deep => {
-                let mut frames = w.frames;
-                frames.push(Frame::Synthetic(TRUNCATED.into()));
-                return Ok(StackRead::Truncated(frames, End::Deep));
+                longest = Some(w);
+                break;
             }
             End::Torn | End::Cycle => {
                 if longest.as_ref().is_none_or(|l| w.frames.len() > l.frames.len()) {
@@ -575,7 +614,7 @@ pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut 
     let w = longest.expect("at least one attempt");
     let mut frames = w.frames;
     frames.push(Frame::Synthetic(TRUNCATED.into()));
-    Ok(StackRead::Truncated(frames, w.end))
+    Ok(Stack { frames, truncated: Some(w.end), evals: w.evals.ends })
 }
 
 /// Walks per stack read, at most.

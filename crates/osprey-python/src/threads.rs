@@ -36,53 +36,10 @@ pub struct TstateInfo {
     pub native_tid: Option<i32>,
 }
 
-/// Gets a thread's fs base with a short ptrace interrupt (seize, interrupt,
-/// read registers, detach). The thread resumes immediately.
-pub fn ptrace_fs_base(tid: i32) -> io::Result<u64> {
-    // SAFETY: plain ptrace/waitpid calls on a thread id; the register struct
-    // is owned and large enough for PTRACE_GETREGS.
-    unsafe {
-        if libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let detach = |tid: i32| {
-            libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, 0usize);
-        };
-        if libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0usize, 0usize) != 0 {
-            let e = io::Error::last_os_error();
-            detach(tid);
-            return Err(e);
-        }
-        let mut status = 0;
-        let deadline = Instant::now() + Duration::from_millis(500);
-        loop {
-            let r = libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG);
-            if r == tid {
-                break;
-            }
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                detach(tid);
-                return Err(e);
-            }
-            if Instant::now() > deadline {
-                detach(tid);
-                return Err(io::Error::new(io::ErrorKind::TimedOut, "thread did not stop"));
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        if !libc::WIFSTOPPED(status) {
-            return Err(io::Error::other("thread exited"));
-        }
-        let mut regs: libc::user_regs_struct = std::mem::zeroed();
-        let r = libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, &mut regs as *mut _ as usize);
-        let e = io::Error::last_os_error();
-        detach(tid);
-        if r != 0 {
-            return Err(e);
-        }
-        Ok(regs.fs_base)
-    }
+/// Gets a thread's fs base with a short ptrace interrupt (see
+/// [`crate::ptrace`]). The thread resumes immediately.
+pub fn ptrace_fs_base(tid: i32, leave_exit: bool) -> io::Result<u64> {
+    Ok(crate::ptrace::Stopped::new(tid, leave_exit)?.regs()?.fs_base)
 }
 
 /// Walks `_PyRuntime` -> interpreters -> thread states.
@@ -132,6 +89,9 @@ pub struct Discovery {
     /// thread) and use the cache. Set for 3.11+ targets that are our own
     /// children, whose ptrace stops a concurrent waitpid() could consume.
     pub no_ptrace: bool,
+    /// The target's pid when it is a child of this process (its exit is
+    /// left to the parent thread: see [`crate::ptrace`]).
+    pub child: Option<i32>,
     /// Host thread ids -> the target's PID namespace (None until first used).
     tids: Option<TidMap>,
 }
@@ -156,7 +116,7 @@ impl Discovery {
         if let Some(v) = self.fs_base.get(&tid) {
             return *v;
         }
-        let v = match ptrace_fs_base(tid) {
+        let v = match ptrace_fs_base(tid, self.child == Some(tid)) {
             Ok(v) => Some(v),
             Err(e) => {
                 self.ptrace_errors += 1;

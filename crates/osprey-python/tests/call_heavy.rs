@@ -29,6 +29,7 @@ fn collect(pid: i32, hz: u32, secs: f64) -> (Vec<ProfileData>, osprey_python::Su
         duration: Some(Duration::from_secs_f64(secs)),
         method: None,
         timeline: false,
+        native: false,
     };
     let mut out = Vec::new();
     let summary = attach_with_sink(pid, &opts, &AtomicBool::new(false), &mut |d| {

@@ -25,6 +25,7 @@ fn collect(pid: i32, hz: u32, secs: f64, method: Option<Method>) -> (Vec<Profile
         duration: Some(Duration::from_secs_f64(secs)),
         method,
         timeline: false,
+        native: false,
     };
     let stop = AtomicBool::new(false);
     let mut out = Vec::new();
@@ -141,6 +142,7 @@ fn attribution_once(name: &str) -> Result<(), String> {
         duration: None,
         method: None,
         timeline: false,
+        native: false,
     };
     let stop = AtomicBool::new(false);
     let started = std::time::Instant::now();

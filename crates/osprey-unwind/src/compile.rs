@@ -43,6 +43,10 @@ pub struct Compiled {
     pub debug_fdes: usize,
     /// The separate debug file used, if any.
     pub debug_file: Option<PathBuf>,
+    /// `[start, end)` (ELF virtual addresses) of the longest `.eh_frame`
+    /// FDE: the module's biggest function, found without symbols (an
+    /// interpreter's evaluation loop, in a stripped CPython).
+    pub largest_fde: Option<(u64, u64)>,
 }
 
 /// Reads and compiles the ELF file at `path`; `debug_root` is where to look
@@ -66,6 +70,7 @@ pub fn compile_elf(path: &Path, data: &[u8], debug_root: Option<&Path>) -> Resul
         let hdr = file.section_by_name(".eh_frame_hdr");
         out.eh_fdes = eh_frame_rows(&file, eh.address(), bytes, hdr.as_ref(), &mut rows, &mut covered);
     }
+    out.largest_fde = covered.iter().copied().max_by_key(|&(a, b)| b.saturating_sub(a));
     covered.sort_unstable();
     let mut debug = |f: &object::File| -> Result<()> {
         if let Some(s) = f.section_by_name(".debug_frame") {

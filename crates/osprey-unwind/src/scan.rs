@@ -226,6 +226,18 @@ fn compile_image(
     compile_elf(path, bytes, debug_root)
 }
 
+/// Where a file that process `pid` maps as `path` can be opened from here:
+/// through `/proc/<pid>/root` (another mount namespace or a chroot: a
+/// container), else as named.
+pub fn file_of(pid: u32, path: &Path) -> PathBuf {
+    let under = Path::new("/proc").join(pid.to_string()).join("root").join(path.strip_prefix("/").unwrap_or(path));
+    if under.exists() {
+        under
+    } else {
+        path.to_path_buf()
+    }
+}
+
 /// `(p_offset, p_filesz, p_vaddr)` of an executable `PT_LOAD`.
 type ExecSegment = (u64, u64, u64);
 
@@ -233,6 +245,7 @@ type ExecSegment = (u64, u64, u64);
 /// with their load bias from the file's program headers: what an
 /// out-of-process sampler (Python's `--native` mode, on a copied stack)
 /// builds its [`ModuleSet`] from, with [`compile_file`] for the tables.
+/// Paths are as the process sees them (open them with [`file_of`]).
 /// Mappings whose file cannot be read are left out.
 pub fn loaded_in(pid: u32) -> std::io::Result<Vec<Loaded>> {
     use object::{Object, ObjectSegment};
@@ -257,7 +270,7 @@ pub fn loaded_in(pid: u32) -> std::io::Result<Vec<Loaded>> {
         let path = PathBuf::from(path);
         // (p_offset, p_filesz, p_vaddr) of each executable PT_LOAD, read once per file.
         let segs = files.entry(path.clone()).or_insert_with(|| {
-            let data = crate::mapped::Mapped::open(&path).ok()?;
+            let data = crate::mapped::Mapped::open(&file_of(pid, &path)).ok()?;
             let file = object::File::parse(data.bytes()).ok()?;
             let exec = |s: &object::Segment| match s.flags() {
                 object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_X != 0,

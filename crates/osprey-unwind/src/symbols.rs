@@ -59,6 +59,11 @@ impl Symbols {
             .map(|s| (s.2.as_str(), svma - s.0))
     }
 
+    /// Address and size of the first symbol named `name`.
+    pub fn find(&self, name: &str) -> Option<(u64, u64)> {
+        self.syms.iter().find(|s| s.2 == name).map(|s| (s.0, s.1))
+    }
+
     pub fn len(&self) -> usize {
         self.syms.len()
     }

@@ -275,3 +275,12 @@ impl Drop for Slots {
         FREED.notify_all();
     }
 }
+
+/// Is `pid` running (not gone, not a zombie)?
+#[allow(dead_code)]
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string)))
+        .is_some_and(|st| st != "Z" && st != "X")
+}

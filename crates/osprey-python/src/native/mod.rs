@@ -1,0 +1,360 @@
+//! `--native`: mixed stacks, the thread's native frames (C extensions,
+//! libraries, the interpreter's own C functions) with its Python frames at
+//! the places they ran.
+//!
+//! A thread that is running is stopped for the moment of the read (see
+//! [`crate::ptrace`]): its registers are read, its native stack unwound with
+//! the CFI tables of `osprey-unwind` over stack memory copied page by page
+//! while it stands still, and its Python stack read, so the two describe the
+//! same instant. Then [`merge`] puts them together. Threads that wait are not
+//! stopped (a stop interrupts a blocking system call, which some return as
+//! `EINTR`): their stacks stay Python only.
+//!
+//! Modules (`/proc/<pid>/maps`, through `/proc/<pid>/root` for a container)
+//! are compiled once per file and load address, re-read at most once a
+//! second when a walk meets code outside every known module, and every
+//! [`RESCAN`] otherwise. The vDSO is compiled from the target's memory.
+//! Native frames are named when sampled (the target may be gone by the time
+//! a profile is written): the function symbol, else `module+0xoffset`, with
+//! the module's path as file.
+
+pub mod merge;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use osprey_pprof::Frame;
+use osprey_unwind::compile::{compile_elf, compile_file, DEBUG_ROOT};
+use osprey_unwind::scan::{file_of, loaded_in};
+use osprey_unwind::symbols::{module_offset_name, Symbols};
+use osprey_unwind::{unwind, Module, ModuleSet, Regs};
+
+use crate::ptrace::Stopped;
+use crate::stack::Stack;
+use merge::{Kind, Outcome};
+
+/// Native frames per stack, at most.
+const MAX_FRAMES: usize = 256;
+/// Stack memory read per thread, at most.
+const MAX_STACK: usize = 1 << 20;
+/// Stack memory copied per read.
+const CHUNK: usize = 8192;
+/// Modules are re-read at least this often.
+const RESCAN: Duration = Duration::from_secs(5);
+/// Native frames named, at most, before the cache of names is dropped.
+const MAX_NAMES: usize = 1 << 16;
+
+/// The interpreter's evaluation function, whose calls run Python frames. It
+/// is also its module's biggest function (3.8-3.15, shared and static
+/// builds): that is how it is found where it has no symbol of its own
+/// (Debian's 3.13+ export a small `_PyEval_EvalFrameDefault` and run an
+/// unnamed LTO copy). Its `.cold` part, when named, counts too.
+const EVAL: &str = "_PyEval_EvalFrameDefault";
+
+/// Counts of how merges went.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NativeStats {
+    /// Threads stopped and unwound.
+    pub unwound: u64,
+    /// Stacks merged whole.
+    pub matched: u64,
+    /// Stacks whose native walk ended early (marked in the stack).
+    pub native_truncated: u64,
+    /// Stacks that could not be matched (marked in the stack).
+    pub unmatched: u64,
+    /// Threads that could not be stopped (the last reason is kept).
+    pub stop_failed: u64,
+}
+
+struct ModInfo {
+    /// Path as the target sees it (`[vdso]` for the vDSO).
+    path: String,
+    /// Whether it is the module the interpreter runs from.
+    interp: bool,
+    /// Loaded the first time a frame of the module is named.
+    symbols: Option<Symbols>,
+    /// Where the file can be opened from here.
+    file: PathBuf,
+    /// The interpreter's evaluation function (see [`EVAL`]), as ELF
+    /// virtual addresses.
+    eval: Option<(u64, u64)>,
+}
+
+/// A compiled module and its longest FDE (see [`EVAL`]).
+type Compiled = (Module, Option<(u64, u64)>);
+
+/// A native frame as named at sampling time.
+#[derive(Clone)]
+struct Named {
+    frame: Frame,
+    kind: Kind,
+}
+
+/// Native unwinding of one target process.
+pub struct Native {
+    pid: i32,
+    /// The interpreter's module, as the target maps it.
+    interp_path: String,
+    set: ModuleSet,
+    /// Parallel to `set.modules()`.
+    info: Vec<ModInfo>,
+    /// Compiled modules by (path, bias), kept across re-reads, with their
+    /// longest FDE.
+    compiled: HashMap<(PathBuf, u64), Compiled>,
+    names: HashMap<(u64, bool), Named>,
+    scanned: Option<Instant>,
+    /// A walk met code outside every module since the last re-read.
+    unknown_code: bool,
+    /// Each tid's exit is left to its parent when it is this child's main thread.
+    child: Option<i32>,
+    /// How merges went.
+    pub stats: NativeStats,
+    /// Why the last thread could not be stopped.
+    pub last_stop_error: Option<String>,
+}
+
+impl Native {
+    /// `interp_path`: the module defining `_PyRuntime`, as mapped by the
+    /// target; `child`: the target's pid when it is a child of this process.
+    pub fn new(pid: i32, interp_path: &str, child: Option<i32>) -> Native {
+        let mut n = Native {
+            pid,
+            interp_path: interp_path.to_string(),
+            set: ModuleSet::default(),
+            info: Vec::new(),
+            compiled: HashMap::new(),
+            names: HashMap::new(),
+            scanned: None,
+            unknown_code: false,
+            child,
+            stats: NativeStats::default(),
+            last_stop_error: None,
+        };
+        n.rescan();
+        n
+    }
+
+    /// Number of modules with unwind tables.
+    pub fn modules(&self) -> usize {
+        self.set.modules().len()
+    }
+
+    fn due(&self) -> bool {
+        self.scanned.is_none_or(|t| {
+            let e = t.elapsed();
+            e >= RESCAN || (self.unknown_code && e >= Duration::from_secs(1))
+        })
+    }
+
+    /// Re-reads the target's modules, compiling the new ones.
+    fn rescan(&mut self) {
+        self.scanned = Some(Instant::now());
+        self.unknown_code = false;
+        let Ok(loaded) = loaded_in(self.pid as u32) else { return };
+        let debug_root = file_of(self.pid as u32, Path::new(DEBUG_ROOT));
+        let mut compiled = HashMap::new();
+        for l in loaded.into_iter().chain(self.vdso()) {
+            let key = (l.path.clone(), l.bias);
+            let entry = match self.compiled.remove(&key) {
+                Some(e) => e,
+                None => {
+                    let file = file_of(self.pid as u32, &l.path);
+                    let c = match l.image {
+                        Some((lo, hi)) => self.read_image(lo, hi).and_then(|b| compile_elf(&l.path, &b, None).ok()),
+                        None => compile_file(&file, Some(&debug_root)).ok(),
+                    };
+                    let Some(c) = c else { continue };
+                    let m = Module {
+                        path: l.path.clone(),
+                        start: l.start,
+                        end: l.end,
+                        bias: l.bias,
+                        build_id: c.build_id.map(Into::into),
+                        table: c.table,
+                    };
+                    (m, c.largest_fde)
+                }
+            };
+            compiled.insert(key, entry);
+        }
+        self.set = ModuleSet::new(compiled.values().map(|e| e.0.clone()).collect());
+        let mut old: HashMap<String, ModInfo> = self.info.drain(..).map(|i| (i.path.clone(), i)).collect();
+        self.info = self
+            .set
+            .modules()
+            .iter()
+            .map(|m| {
+                let path = m.path.to_string_lossy().into_owned();
+                let interp = path == self.interp_path;
+                let eval = compiled.get(&(m.path.clone(), m.bias)).and_then(|e| e.1).filter(|_| interp);
+                old.remove(&path).unwrap_or_else(|| ModInfo {
+                    interp,
+                    file: file_of(self.pid as u32, &m.path),
+                    path,
+                    symbols: None,
+                    eval,
+                })
+            })
+            .collect();
+        self.compiled = compiled;
+        // Names depend on where modules are.
+        self.names.clear();
+    }
+
+    /// The vDSO's mapping, if any (its image is read from the target).
+    fn vdso(&self) -> Option<osprey_unwind::scan::Loaded> {
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).ok()?;
+        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+        let (a, b) = line.split_whitespace().next()?.split_once('-')?;
+        let (start, end) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+        Some(osprey_unwind::scan::Loaded { path: "[vdso]".into(), bias: start, start, end, image: Some((start, end)) })
+    }
+
+    fn read_image(&self, lo: u64, hi: u64) -> Option<Vec<u8>> {
+        let len = usize::try_from(hi.checked_sub(lo)?).ok().filter(|&l| l <= 1 << 20)?;
+        crate::process::Mem::new(self.pid).read_vec(lo, len).ok()
+    }
+
+    /// Stops `tid` if it is to be unwound (see the module docs).
+    pub fn stop(&mut self, tid: i32) -> Option<Stopped> {
+        if self.due() {
+            self.rescan();
+        }
+        match Stopped::new(tid, self.child == Some(tid)) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.stats.stop_failed += 1;
+                self.last_stop_error = Some(format!("thread {tid}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Unwinds the stopped thread: frames leaf first, and whether the walk
+    /// reached the outermost frame.
+    pub fn unwind(&mut self, stopped: &Stopped) -> Option<(Vec<u64>, bool)> {
+        let r = stopped.regs().ok()?;
+        let mut stack = RemoteStack { pid: self.pid, base: r.rsp & !7, bytes: Vec::new(), end: false };
+        let mut frames = vec![0u64; MAX_FRAMES];
+        let walk = unwind(&self.set, Regs { pc: r.rip, sp: r.rsp, fp: r.rbp }, |a| stack.read(a), &mut frames);
+        frames.truncate(walk.len);
+        if walk.truncated && frames.last().is_some_and(|&pc| self.set.module_for(pc).is_none()) {
+            self.unknown_code = true;
+        }
+        self.stats.unwound += 1;
+        Some((frames, !walk.truncated))
+    }
+
+    /// The merged stack (see [`merge`]).
+    pub fn merge(&mut self, native: &[u64], native_complete: bool, py: &Stack) -> Vec<Frame> {
+        let named: Vec<(Frame, Kind)> = native
+            .iter()
+            .enumerate()
+            .map(|(i, &pc)| {
+                let n = self.name(pc, i > 0);
+                (n.frame, n.kind)
+            })
+            .collect();
+        let (frames, outcome) =
+            merge::merge(&named, native_complete, &py.frames, &py.evals, py.truncated.is_none(), |m| {
+                Frame::Synthetic(m.to_string())
+            });
+        match outcome {
+            Outcome::Matched => self.stats.matched += 1,
+            Outcome::NativeTruncated => self.stats.native_truncated += 1,
+            Outcome::Unmatched => self.stats.unmatched += 1,
+        }
+        frames
+    }
+
+    fn name(&mut self, pc: u64, ret: bool) -> Named {
+        if let Some(n) = self.names.get(&(pc, ret)) {
+            return n.clone();
+        }
+        let at = if ret { pc.wrapping_sub(1) } else { pc };
+        let n = match self.set.modules().iter().position(|m| m.start <= at && at < m.end) {
+            Some(i) => {
+                let bias = self.set.modules()[i].bias;
+                let info = &mut self.info[i];
+                let syms = info.symbols.get_or_insert_with(|| {
+                    let root = file_of(self.pid as u32, Path::new(DEBUG_ROOT));
+                    Symbols::load_with_debug(&info.file, Some(&root)).unwrap_or_default()
+                });
+                let svma = at.wrapping_sub(bias);
+                let sym = syms.lookup(svma).map(|s| s.0);
+                let eval = info.eval.is_some_and(|(a, b)| (a..b).contains(&svma))
+                    || sym.is_some_and(|s| s.strip_prefix(EVAL).is_some_and(|r| r.starts_with(".cold")));
+                let kind = match (info.interp, eval) {
+                    (true, true) => Kind::Eval,
+                    (true, false) => Kind::Interp,
+                    _ => Kind::Other,
+                };
+                let name = match sym {
+                    Some(s) => s.to_string(),
+                    None if eval => EVAL.to_string(),
+                    None => module_offset_name(Path::new(&info.path), svma),
+                };
+                Named { frame: Frame::Function { name, file: info.path.clone(), line: 0 }, kind }
+            }
+            None => Named {
+                frame: Frame::Function { name: format!("{pc:#x}"), file: String::new(), line: 0 },
+                kind: Kind::Other,
+            },
+        };
+        if self.names.len() >= MAX_NAMES {
+            self.names.clear();
+        }
+        self.names.insert((pc, ret), n.clone());
+        n
+    }
+}
+
+/// The stopped thread's stack, copied from its stack pointer upwards a
+/// chunk at a time as the walk climbs.
+struct RemoteStack {
+    pid: i32,
+    base: u64,
+    bytes: Vec<u8>,
+    /// The mapping ended (a read came short).
+    end: bool,
+}
+
+impl RemoteStack {
+    fn read(&mut self, addr: u64) -> Option<u64> {
+        let off = usize::try_from(addr.checked_sub(self.base)?).ok()?;
+        while off + 8 > self.bytes.len() {
+            if self.end || self.bytes.len() >= MAX_STACK {
+                return None;
+            }
+            self.fetch();
+        }
+        let b = self.bytes.get(off..off + 8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+
+    fn fetch(&mut self) {
+        let at = self.base + self.bytes.len() as u64;
+        // Up to the next chunk boundary, so that reads stay page-aligned.
+        let want = CHUNK - (at as usize % CHUNK);
+        let old = self.bytes.len();
+        self.bytes.resize(old + want, 0);
+        let local = libc::iovec { iov_base: self.bytes[old..].as_mut_ptr().cast(), iov_len: want };
+        let remote = libc::iovec { iov_base: at as usize as *mut libc::c_void, iov_len: want };
+        // SAFETY: `local` is the tail of `bytes`, owned here; the remote iovec
+        // is only interpreted by the kernel.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        let n = usize::try_from(n).unwrap_or(0);
+        if n < want {
+            self.end = true;
+            // Partial reads stop at a page boundary: keep the whole words.
+            self.bytes.truncate(old + n / 8 * 8);
+        }
+    }
+}
+
+impl std::fmt::Debug for Native {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Native").field("pid", &self.pid).field("modules", &self.modules()).finish()
+    }
+}

@@ -1,0 +1,159 @@
+//! Stopping one thread of the target for a moment: `PTRACE_SEIZE` +
+//! `PTRACE_INTERRUPT`, read what is needed, detach.
+//!
+//! The host comes first:
+//! - a signal that arrives while the thread is being stopped (the stop is
+//!   then a signal-delivery stop) is handed back at detach, never
+//!   swallowed;
+//! - waiting takes only this thread's stop (`WSTOPPED`, never `WEXITED`),
+//!   so the exit of a process that is osprey's child (`osprey exec`) stays
+//!   for its parent thread to reap; a traced thread that died while stopped
+//!   is reaped here unless it is such a child's main thread, so it never
+//!   lingers as a zombie holding up its process's exit;
+//! - a thread that does not stop within [`STOP_TIMEOUT`] (in the kernel,
+//!   uninterruptibly) is detached and skipped.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The longest a thread is waited for to stop.
+pub const STOP_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// `(PTRACE_EVENT_STOP << 8) | SIGTRAP`: the `si_code` of a stop caused by
+/// `PTRACE_INTERRUPT` (a signal-delivery stop has the signal's own code).
+const INTERRUPT_CODE: i32 = (libc::PTRACE_EVENT_STOP << 8) | libc::SIGTRAP;
+
+/// A thread stopped by [`Stopped::new`]; resumed (detached) on drop.
+pub struct Stopped {
+    tid: i32,
+    /// Signal to hand back at detach (a signal-delivery stop).
+    pending: i32,
+    /// Leave an exit of this thread to its parent (it is the main thread of
+    /// a child of this process).
+    leave_exit: bool,
+}
+
+impl Stopped {
+    /// Stops thread `tid`. `leave_exit`: see [`Stopped`]'s field.
+    pub fn new(tid: i32, leave_exit: bool) -> io::Result<Stopped> {
+        // SAFETY: ptrace on a thread id with no pointer arguments.
+        if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut s = Stopped { tid, pending: 0, leave_exit };
+        // SAFETY: as above.
+        if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0usize, 0usize) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        s.wait_stop()?;
+        // A signal-delivery stop is told from the interrupt's by its siginfo
+        // (a group stop has none: nothing to hand back).
+        let mut si = MaybeUninit::<libc::siginfo_t>::zeroed();
+        // SAFETY: `si` is a siginfo_t buffer the kernel fills.
+        if unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid, 0usize, si.as_mut_ptr()) } == 0 {
+            // SAFETY: filled by the successful call.
+            let si = unsafe { si.assume_init() };
+            if si.si_code != INTERRUPT_CODE {
+                s.pending = si.si_signo;
+            }
+        }
+        Ok(s)
+    }
+
+    fn wait_stop(&mut self) -> io::Result<()> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
+            // SAFETY: valid info buffer. WSTOPPED only: an exit is never
+            // consumed here (see the module docs).
+            let r = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    self.tid as libc::id_t,
+                    info.as_mut_ptr(),
+                    libc::WSTOPPED | libc::WNOHANG | libc::__WALL | libc::__WNOTHREAD,
+                )
+            };
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: waitid zero-filled or filled `info`.
+            if unsafe { info.assume_init().si_pid() } == self.tid {
+                return Ok(());
+            }
+            if start.elapsed() > STOP_TIMEOUT {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "thread did not stop"));
+            }
+            // A running thread stops within microseconds: yield first, then sleep.
+            spins += 1;
+            if spins < 50 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// The stopped thread's registers.
+    pub fn regs(&self) -> io::Result<libc::user_regs_struct> {
+        // SAFETY: an owned register struct large enough for PTRACE_GETREGS.
+        unsafe {
+            let mut regs: libc::user_regs_struct = std::mem::zeroed();
+            if libc::ptrace(libc::PTRACE_GETREGS, self.tid, 0usize, &mut regs as *mut _ as usize) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(regs)
+        }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if !finish(self.tid, self.pending, self.leave_exit) {
+            LINGERING.lock().unwrap_or_else(|p| p.into_inner()).push((self.tid, self.pending, self.leave_exit));
+        }
+    }
+}
+
+/// Threads seized but not yet detached: they had not stopped in time, or
+/// died while traced and their exit was not yet reported. `(tid, signal to
+/// hand back, leave_exit)`.
+static LINGERING: Mutex<Vec<(i32, i32, bool)>> = Mutex::new(Vec::new());
+
+/// Detaches what [`Stopped`] could not detach at once (called once per
+/// sampling pass): a thread that stops later is detached then, a dead one
+/// reaped.
+pub fn settle() {
+    let mut l = LINGERING.lock().unwrap_or_else(|p| p.into_inner());
+    l.retain(|&(tid, sig, leave)| !finish(tid, sig, leave));
+}
+
+/// Ends the tracing of `tid`; false if it must be tried again later.
+fn finish(tid: i32, sig: i32, leave_exit: bool) -> bool {
+    // SAFETY: ptrace/waitid on a thread id; `info` is a valid buffer.
+    unsafe {
+        if libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) == 0 {
+            return true;
+        }
+        // Not stopped (yet), or dead. An exit is taken only when it is not
+        // a child's to report to its parent.
+        let exited = if leave_exit { 0 } else { libc::WEXITED };
+        let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
+        let flags = libc::WSTOPPED | exited | libc::WNOHANG | libc::__WALL | libc::__WNOTHREAD;
+        if libc::waitid(libc::P_PID, tid as libc::id_t, info.as_mut_ptr(), flags) != 0 {
+            // ECHILD: no longer traced by this thread (gone, or released).
+            return true;
+        }
+        let info = info.assume_init();
+        if info.si_pid() != tid {
+            return leave_exit && !crate::sampler::process_alive(tid);
+        }
+        match info.si_code {
+            libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED => true,
+            _ => libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) == 0,
+        }
+    }
+}

@@ -1,0 +1,15 @@
+#include <Python.h>
+/* A C extension whose function burns CPU in a frameless loop: the native
+   frames under a Python caller in tests/native.rs. */
+static __attribute__((noinline)) unsigned long spin_inner(unsigned long n) {
+    unsigned long x = 1;
+    for (unsigned long i = 0; i < n; i++) { x = x * 6364136223846793005UL + 1442695040888963407UL; __asm__ volatile("" : "+r"(x)); }
+    return x;
+}
+static PyObject *spin(PyObject *self, PyObject *arg) {
+    unsigned long n = PyLong_AsUnsignedLong(arg);
+    return PyLong_FromUnsignedLong(spin_inner(n));
+}
+static PyMethodDef methods[] = {{"spin", spin, METH_O, "burn"}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "ospreyspin", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_ospreyspin(void) { return PyModule_Create(&mod); }
