@@ -222,3 +222,51 @@ fn attach_bad_targets() {
     let err = one_line_error(&["attach", "--pid", "999999", "--duration", "1", "--out", o]);
     assert!(err.contains("no process with pid 999999"), "{err}");
 }
+
+/// `exec --native` stops the running thread for each read: real-time signals
+/// sent meanwhile all arrive (none swallowed by a stop), the child's exit
+/// status is osprey's, and the profile has native frames under Python ones.
+#[test]
+fn exec_native_signals_and_exit_status() {
+    use std::io::BufRead;
+    let Some(py) = python("3.12") else { return };
+    let _serial = serial();
+    let out = tempdir("native");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../osprey-python/tests/py/signals_work.py");
+    let mut child = Command::new(osprey())
+        .args(["exec", "--native", "--hz", "1000", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let pid: i32 = lines.next().unwrap().unwrap().trim().parse().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    const SENT: usize = 2000;
+    for _ in 0..SENT {
+        // SAFETY: kill(2) on the workload's pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGRTMIN() + 1) }, 0);
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    let got: usize = lines.next().unwrap().unwrap().trim().parse().unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(got, SENT, "signals delivered to the program; osprey said:\n{err}");
+    assert_eq!(status.code(), Some(7), "exit status; osprey said:\n{err}");
+    let profiles = read_profiles(&out);
+    let mixed = profiles.iter().any(|p| {
+        p.sample.iter().any(|s| {
+            let n = names(p, s);
+            n.iter().position(|f| *f == "busy").is_some_and(|i| i > 0 && n[..i].iter().any(|f| f.starts_with("_Py") || f.starts_with("Py")))
+        })
+    });
+    assert!(mixed, "no native frame above a Python frame; osprey said:\n{err}");
+}

@@ -38,11 +38,18 @@ pub struct Stopped {
 impl Stopped {
     /// Stops thread `tid`. `leave_exit`: see [`Stopped`]'s field.
     pub fn new(tid: i32, leave_exit: bool) -> io::Result<Stopped> {
+        Stopped::seize_then(tid, leave_exit, || {})
+    }
+
+    /// [`Stopped::new`], running `between` after the seize and before the
+    /// interrupt (where a signal may arrive: tests).
+    fn seize_then(tid: i32, leave_exit: bool, between: impl FnOnce()) -> io::Result<Stopped> {
         // SAFETY: ptrace on a thread id with no pointer arguments.
         if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) } != 0 {
             return Err(io::Error::last_os_error());
         }
         let mut s = Stopped { tid, pending: 0, leave_exit };
+        between();
         // SAFETY: as above.
         if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0usize, 0usize) } != 0 {
             return Err(io::Error::last_os_error());
@@ -155,5 +162,54 @@ fn finish(tid: i32, sig: i32, leave_exit: bool) -> bool {
             libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED => true,
             _ => libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) == 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    static GOT: AtomicU32 = AtomicU32::new(0);
+
+    extern "C" fn count(_: libc::c_int) {
+        GOT.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A signal the thread takes between the seize and the interrupt stops
+    /// it as a signal-delivery stop: the signal is handed back at detach
+    /// (the child's handler runs and it exits 0) instead of swallowed (it
+    /// would spin until it gives up and exits 3).
+    #[test]
+    fn a_signal_arriving_during_the_stop_is_delivered() {
+        // SAFETY: the child only calls async-signal-safe functions and spins.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // SAFETY: installing a handler that only touches an atomic; _exit.
+            unsafe {
+                libc::signal(libc::SIGUSR1, count as *const () as libc::sighandler_t);
+                let start = libc::time(std::ptr::null_mut());
+                while GOT.load(Ordering::SeqCst) == 0 {
+                    if libc::time(std::ptr::null_mut()) - start > 5 {
+                        libc::_exit(3);
+                    }
+                }
+                libc::_exit(0);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let stopped = Stopped::seize_then(child, true, || {
+            // SAFETY: kill(2) on our child.
+            unsafe { libc::kill(child, libc::SIGUSR1) };
+            std::thread::sleep(Duration::from_millis(50));
+        })
+        .expect("stop the child");
+        assert_eq!(stopped.pending, libc::SIGUSR1, "the stop was the signal's");
+        drop(stopped);
+        let mut status = 0;
+        // SAFETY: waiting for our child.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
     }
 }
