@@ -265,7 +265,9 @@ fn exec_native_signals_and_exit_status() {
     let mixed = profiles.iter().any(|p| {
         p.sample.iter().any(|s| {
             let n = names(p, s);
-            n.iter().position(|f| *f == "busy").is_some_and(|i| i > 0 && n[..i].iter().any(|f| f.starts_with("_Py") || f.starts_with("Py")))
+            n.iter()
+                .position(|f| *f == "busy")
+                .is_some_and(|i| i > 0 && n[..i].iter().any(|f| f.starts_with("_Py") || f.starts_with("Py")))
         })
     });
     assert!(mixed, "no native frame above a Python frame; osprey said:\n{err}");

@@ -11,8 +11,9 @@ pid from the host (`osprey attach`, `py-spy record --pid`) 0.3 s after it
 starts (the workload's clock starts after its imports, so about 0.25 s of
 its ~5 s are unprofiled, the same for both).
 
-For each rate, runs unprofiled / osprey exec / py-spy record --nonblocking /
-py-spy record (blocking), alternating, --runs times each. Reports, per
+For each rate, runs unprofiled / osprey exec / osprey exec --native / py-spy
+record --nonblocking / py-spy record (blocking) / py-spy record --native
+(choose with --profilers), alternating, --runs times each. Reports, per
 profiler: slowdown = median workload wall time (the workload's own clock,
 start-up excluded) over the unprofiled median; samples delivered over
 requested (rate x workload wall time); attribution error = the largest
@@ -64,12 +65,13 @@ def run_none(a, hz, tmp):
     return wall, truth, None, None
 
 
-def run_osprey(a, hz, tmp):
+def run_osprey(a, hz, tmp, extra=()):
     d = tempfile.mkdtemp(dir=tmp)
+    flags = ["--hz", str(hz), "--out", d] + list(extra)
     if a.chroot:
-        stdout, stderr = attached(a, lambda pid: [a.osprey, "attach", "--pid", str(pid), "--hz", str(hz), "--out", d])
+        stdout, stderr = attached(a, lambda pid: [a.osprey, "attach", "--pid", str(pid)] + flags)
     else:
-        p = subprocess.run([a.osprey, "exec", "--hz", str(hz), "--out", d, "--"] + py_cmd(a),
+        p = subprocess.run([a.osprey, "exec"] + flags + ["--"] + py_cmd(a),
                            capture_output=True, text=True, check=True)
         stdout, stderr = p.stdout, p.stderr
     wall, truth = parse_work(stdout)
@@ -79,18 +81,22 @@ def run_osprey(a, hz, tmp):
     cpu = {}
     for line in rep.splitlines():
         parts = line.split()
+        # cum%: with --native the leaf is often a C function under f50.
         if len(parts) == 5 and parts[4] in FUNCS:
-            cpu[parts[4]] = float(parts[1].rstrip("%"))
+            cpu[parts[4]] = float(parts[3].rstrip("%"))
     m = re.search(r"osprey: (\d+) samples", stderr)
-    samples = int(m.group(1)) if m else 0
+    # `exec` does not print its sample count (only `attach` does).
+    samples = int(m.group(1)) if m else None
     return wall, truth, [cpu.get(f, 0.0) for f in FUNCS], samples
 
 
-def run_pyspy(a, hz, tmp, blocking):
+def run_pyspy(a, hz, tmp, blocking, native=False):
     out = os.path.join(tempfile.mkdtemp(dir=tmp), "raw.txt")
     cmd = ["py-spy", "record", "-r", str(hz), "-f", "raw", "-o", out]
     if not blocking:
         cmd.append("--nonblocking")
+    if native:
+        cmd.append("--native")
     if a.chroot:
         stdout, _ = attached(a, lambda pid: cmd + ["--pid", str(pid)])
     else:
@@ -128,8 +134,10 @@ def main():
         raise SystemExit("py-spy not found (pip install py-spy)")
     tmp = tempfile.mkdtemp(prefix="osprey-bench-")
     profilers = [("none", run_none), ("osprey", run_osprey),
+                 ("osprey --native", lambda a, h, t: run_osprey(a, h, t, ["--native"])),
                  ("py-spy --nonblocking", lambda a, h, t: run_pyspy(a, h, t, False)),
-                 ("py-spy (blocking)", lambda a, h, t: run_pyspy(a, h, t, True))]
+                 ("py-spy (blocking)", lambda a, h, t: run_pyspy(a, h, t, True)),
+                 ("py-spy --native", lambda a, h, t: run_pyspy(a, h, t, True, True))]
     profilers = [p for p in profilers if p[0] in a.profilers.split(",")]
     print("python %s%s, %d rounds, %d runs each, %d CPUs"
           % (a.python, " in chroot " + a.chroot if a.chroot else "", a.rounds, a.runs, os.cpu_count()))
@@ -149,9 +157,10 @@ def main():
                 for w, truth, shares, samples in rs:
                     s = sum(shares) or 1
                     errs.append(max(abs(100 * x / s - t) for x, t in zip(shares, truth)))
-                    got += samples
+                    got = None if samples is None or got is None else got + samples
                     want += hz * w
-                line += " %20s %8.2f" % ("%d/%d (%.0f%%)" % (got, want, 100 * got / want), statistics.median(errs))
+                delivered = "-" if got is None else "%d/%d (%.0f%%)" % (got, want, 100 * got / want)
+                line += " %20s %8.2f" % (delivered, statistics.median(errs))
             print(line, flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -1,7 +1,8 @@
 //! osprey-python: samples CPython processes from outside.
 //!
-//! The target is never stopped for sampling: memory is read with
-//! `process_vm_readv`, thread states from `/proc`. Each OS thread is mapped
+//! The target is not stopped for sampling (except with [`native`], which
+//! stops each running thread for the moment of its read): memory is read
+//! with `process_vm_readv`, thread states from `/proc`. Each OS thread is mapped
 //! to its `PyThreadState` (TLS, TSS, interpreter lists, or a cache; see
 //! [`threads`]), its Python stack is walked (see [`stack`]) and labelled with
 //! a state (see `state`) and its Python thread name (see [`thread_names`]).
