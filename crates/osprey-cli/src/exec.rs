@@ -91,7 +91,7 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let started = Instant::now();
     let child = c.spawn().map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
     let pid = child.id() as i32;
-    let mut tree = tree::Tree::new(pid, children, python_options(&cfg, &up, None, s.native), up.clone());
+    let mut tree = tree::Tree::new(pid, children, python_options(&cfg, &up, None, s), up.clone());
     // Scans come every 5 ms while the tree changes (a launcher chain execs
     // within milliseconds) and back off to SCAN_MAX while it does not; the
     // command's exit and relayed signals wake the loop at once.
@@ -140,7 +140,7 @@ pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failu
         }
         d => d.map(Duration::from_secs_f64),
     };
-    let opts = python_options(&cfg, &up, duration, s.native);
+    let opts = python_options(&cfg, &up, duration, s);
     let stop = stop_on_ctrl_c();
     let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
     let mut delivery = osprey_upload::Delivery::new(up.clone(), meta, cfg.period);
@@ -225,7 +225,7 @@ fn python_options(
     cfg: &osprey::Config,
     up: &osprey_upload::UploadConfig,
     duration: Option<Duration>,
-    native: bool,
+    s: &Sampling,
 ) -> osprey_python::Options {
     osprey_python::Options {
         hz: cfg.hz,
@@ -234,7 +234,8 @@ fn python_options(
         duration,
         method: None,
         timeline: up.timeline,
-        native,
+        native: s.native,
+        blocking: s.blocking,
     }
 }
 

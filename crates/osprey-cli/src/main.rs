@@ -60,6 +60,12 @@ pub struct Sampling {
     /// thread is stopped for the moment of its read (ptrace).
     #[arg(long)]
     pub native: bool,
+    /// CPython: stop each running thread for the moment its stack is read
+    /// (ptrace), so that stacks changing faster than they can be copied are
+    /// read whole, as py-spy's default mode does; costs about a point of CPU
+    /// at 100 Hz.
+    #[arg(long)]
+    pub blocking: bool,
     /// No messages from osprey on stderr (errors excepted).
     #[arg(long, short)]
     pub quiet: bool,

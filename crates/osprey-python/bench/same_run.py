@@ -96,6 +96,7 @@ def main():
     ap.add_argument("--workload", default="calls", choices=WORKLOADS)
     ap.add_argument("--secs", type=float, default=10)
     ap.add_argument("--hz", type=int, default=100)
+    ap.add_argument("--blocking", action="store_true", help="osprey attach --blocking")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
     src = os.path.join(tmp, "w.py")
@@ -105,7 +106,8 @@ def main():
     out, raw = os.path.join(tmp, "osprey"), os.path.join(tmp, "pyspy.txt")
     secs = str(int(args.secs))
     o = subprocess.Popen([args.osprey, "attach", "--pid", str(p.pid), "--duration", secs,
-                          "--hz", str(args.hz), "--out", out], stderr=subprocess.PIPE, text=True)
+                          "--hz", str(args.hz), "--out", out] + (["--blocking"] if args.blocking else []),
+                         stderr=subprocess.PIPE, text=True)
     # osprey first: its thread-state discovery may use ptrace, which py-spy's
     # attachment would refuse; once found, thread states are cached.
     time.sleep(0.5)
@@ -126,6 +128,7 @@ def main():
         worst = max(worst, abs(x - y))
         print(f"{f:<14} {x:>7.1f}% {y:>7.1f}%")
     print(f"largest difference {worst:.1f} points")
+    print(err.strip())
 
 
 if __name__ == "__main__":

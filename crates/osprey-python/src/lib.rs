@@ -20,7 +20,7 @@ mod namespace;
 pub mod native;
 pub mod object_layout;
 pub mod process;
-mod ptrace;
+pub mod ptrace;
 mod pyobject;
 mod sampler;
 pub mod stack;
@@ -56,8 +56,12 @@ pub struct Options {
     pub method: Option<Method>,
     /// Samples carry their time (a timeline).
     pub timeline: bool,
-    /// Mixed native and Python stacks (see [`native`]).
+    /// Mixed native and Python stacks (see [`native`]); implies `blocking`.
     pub native: bool,
+    /// Stop each running thread for the moment its stack is read (see
+    /// [`ptrace`]): stacks that change faster than they can be copied are
+    /// read whole, at a cost per sample.
+    pub blocking: bool,
 }
 
 impl Default for Options {
@@ -70,6 +74,7 @@ impl Default for Options {
             method: None,
             timeline: false,
             native: false,
+            blocking: false,
         }
     }
 }
@@ -219,7 +224,7 @@ pub fn attach_with_sink(
     }
     let mut sampler = Sampler::new(target, opts.method)?;
     if opts.native {
-        let n = native::Native::new(pid, &sampler.target.module.path, sampler.disc.child);
+        let n = native::Native::new(pid, &sampler.target.module.path);
         if n.modules() == 0 {
             return Err(Error::Unsupported(format!(
                 "--native: no module of process {pid} could be read for unwinding"
@@ -227,6 +232,7 @@ pub fn attach_with_sink(
         }
         sampler.native = Some(n);
     }
+    sampler.blocking = opts.blocking;
     let started = Instant::now();
     sampler.wait_initialized(Duration::from_secs(5));
 
@@ -296,13 +302,12 @@ pub fn attach_with_sink(
             "per-thread CPU clocks unavailable ({e}): CPU time goes to runnable threads, preempted ones included"
         ));
     }
-    if let Some(n) = &sampler.native {
-        summary.native = Some(n.stats);
-        if let Some(e) = &n.last_stop_error {
-            summary
-                .warnings
-                .push(format!("--native: {} threads could not be stopped (last: {e})", n.stats.stop_failed));
-        }
+    summary.native = sampler.native.as_ref().map(|n| n.stats);
+    if let Some(e) = &sampler.last_stop_error {
+        summary.warnings.push(format!(
+            "{} reads without stopping the thread (it could not be stopped; last: {e})",
+            sampler.stop_failed
+        ));
     }
     if let Some(e) = &sampler.disc.last_ptrace_error {
         summary

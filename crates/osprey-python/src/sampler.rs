@@ -87,6 +87,12 @@ pub struct Sampler {
     pub names: crate::thread_names::ThreadNames,
     /// Mixed native and Python stacks (`--native`), when enabled.
     pub native: Option<crate::native::Native>,
+    /// Stop each running thread for the moment of its read (`--blocking`,
+    /// implied by `--native`; see [`crate::ptrace`]).
+    pub blocking: bool,
+    /// Threads that could not be stopped, and the last reason.
+    pub stop_failed: u64,
+    pub last_stop_error: Option<String>,
 }
 
 /// CPU time of the whole process (ns), from its process CPU clock
@@ -184,6 +190,9 @@ impl Sampler {
             tasks: Default::default(),
             names: Default::default(),
             native: None,
+            blocking: false,
+            stop_failed: 0,
+            last_stop_error: None,
         })
     }
 
@@ -302,18 +311,29 @@ impl Sampler {
             // task that switched during the read is the one that ran when
             // the innermost frames were read (first), or, if none ran then,
             // the one that started during the read.
-            // `--native`: a running thread stands still while both its
-            // native and its Python stacks are read.
-            let stopped = match &mut self.native {
-                Some(n) if k.state == 'R' => n.stop(tid),
-                _ => None,
+            // `--blocking`/`--native`: a running thread stands still while
+            // its stacks are read (a waiting one does not change).
+            let stopped = if (self.blocking || self.native.is_some()) && k.state == 'R' {
+                if let Some(n) = &mut self.native {
+                    n.prepare();
+                }
+                match crate::ptrace::Stopped::new(tid, self.disc.child == Some(tid)) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        self.stop_failed += 1;
+                        self.last_stop_error = Some(format!("thread {tid}: {e}"));
+                        None
+                    }
+                }
+            } else {
+                None
             };
             let native = match (&mut self.native, &stopped) {
                 (Some(n), Some(s)) => n.unwind(s),
                 _ => None,
             };
             let task_before = self.tasks.running(&self.target, tstate);
-            let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries);
+            let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries, stopped.is_some());
             let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
             let was_stopped = stopped.is_some();
             drop(stopped);

@@ -418,7 +418,13 @@ impl Snapshot {
 /// Walks the stack of `tstate` once, leaf first, as far as it is valid.
 /// With `last_resort`, a walk torn by the stack moving is replaced by one
 /// found within the snapshot alone (see below).
-fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64, last_resort: bool) -> Result<Walk, io::Error> {
+fn walk_once(
+    t: &Target,
+    cache: &mut CodeCache,
+    tstate: u64,
+    last_resort: bool,
+    still: bool,
+) -> Result<Walk, io::Error> {
     let l = &t.layout;
     let live = live_flag(l);
     let size = live.map_or(l.frame_size_to_read, |(o, _)| l.frame_size_to_read.max(o + 1));
@@ -429,7 +435,7 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64, last_resort: bool) 
         Some(top) => top,
         None => top_frame(t, tstate)?,
     };
-    let mut w = walk_from(t, cache, &snap, top, size, false)?;
+    let mut w = walk_from(t, cache, &snap, top, size, false, still)?;
     if w.end == End::Torn && last_resort {
         // The stack moved on between the frame pointer and the frames: the
         // snapshot alone may still hold one whole stack. Every running
@@ -441,7 +447,7 @@ fn walk_once(t: &Target, cache: &mut CodeCache, tstate: u64, last_resort: bool) 
         // over their short callees if taken at every tear.
         let tops = live.map(|lv| snap.own_tops(l, lv)).unwrap_or_default();
         for own in tops {
-            let again = walk_from(t, cache, &snap, own, size, true)?;
+            let again = walk_from(t, cache, &snap, own, size, true, false)?;
             if again.end == End::Root && (w.end != End::Root || again.frames.len() > w.frames.len()) {
                 w = again;
             }
@@ -469,6 +475,7 @@ fn walk_from(
     top: u64,
     size: usize,
     snapshot_only: bool,
+    still: bool,
 ) -> io::Result<Walk> {
     let l = &t.layout;
     let live = live_flag(l);
@@ -504,7 +511,10 @@ fn walk_from(
                 }
             },
         };
-        if live.is_some_and(|(o, is_live)| !is_live(b[o])) && !(depth == 1 && !snapshot_only && own_zombie(t, f, &b)) {
+        // The innermost frame of a stopped thread (`still`) is its own,
+        // running or being entered or left.
+        let own_top = depth == 1 && !snapshot_only && (still || own_zombie(t, f, &b));
+        if live.is_some_and(|(o, is_live)| !is_live(b[o])) && !own_top {
             w.end = End::Torn;
             break;
         }
@@ -590,14 +600,16 @@ pub struct Stack {
 /// each of its frames was the running caller of the one before when read,
 /// and reading again until the stack holds still would favour the frames
 /// that live longest (a caller over its short callees). Never drops a
-/// sample.
-pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut u64) -> io::Result<Stack> {
+/// sample. `still`: the thread is stopped (see [`crate::ptrace`]), so one
+/// walk is all there is to read.
+pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut u64, still: bool) -> io::Result<Stack> {
     let mut longest: Option<Walk> = None;
-    for attempt in 0..ATTEMPTS {
+    let attempts = if still { 1 } else { ATTEMPTS };
+    for attempt in 0..attempts {
         if attempt > 0 {
             *retries += 1;
         }
-        let w = walk_once(t, cache, tstate, attempt + 1 == ATTEMPTS)?;
+        let w = walk_once(t, cache, tstate, attempt + 1 == attempts, still)?;
         match w.end {
             End::Root => return Ok(Stack { frames: w.frames, truncated: None, evals: w.evals.ends }),
             End::Deep => {

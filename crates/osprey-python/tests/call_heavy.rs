@@ -3,7 +3,8 @@
 //! of the expected samples are kept and at least 99% of them end at the
 //! right outermost frame; each sample's CPU is the thread's own since its
 //! previous sample (no lumps). A 10,000-deep stack is sampled, truncated
-//! beyond `MAX_DEPTH` with a `[truncated]` frame, and counted.
+//! beyond `MAX_DEPTH` with a `[truncated]` frame, and counted. With
+//! `blocking`, no read is torn or retried.
 
 mod common;
 
@@ -22,6 +23,10 @@ fn start(py: &common::Py, args: &[&str]) -> common::Workload {
 }
 
 fn collect(pid: i32, hz: u32, secs: f64) -> (Vec<ProfileData>, osprey_python::Summary) {
+    collect_with(pid, hz, secs, false)
+}
+
+fn collect_with(pid: i32, hz: u32, secs: f64, blocking: bool) -> (Vec<ProfileData>, osprey_python::Summary) {
     let opts = Options {
         hz,
         period: Duration::from_secs(3600),
@@ -30,6 +35,7 @@ fn collect(pid: i32, hz: u32, secs: f64) -> (Vec<ProfileData>, osprey_python::Su
         method: None,
         timeline: false,
         native: false,
+        blocking,
     };
     let mut out = Vec::new();
     let summary = attach_with_sink(pid, &opts, &AtomicBool::new(false), &mut |d| {
@@ -102,6 +108,26 @@ fn recursion_loop_keeps_samples_and_outermost_frames() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// `blocking`: the running thread stands still while its stack is read, so
+/// no read is ever retried or torn, however fast the stack changes.
+#[test]
+fn blocking_reads_are_whole() {
+    for v in ["3.8", "3.10", "3.12"] {
+        let Some(py) = common::python(v) else { continue };
+        let _slots = common::slots(common::SLOTS);
+        let w = start(&py, &["recurse"]);
+        let (profiles, summary) = collect_with(w.pid(), 100, 2.0, true);
+        let kept: i64 = profiles.iter().flat_map(|p| &p.samples).map(|s| s.values[0]).sum();
+        eprintln!(
+            "{v}: kept {kept}, torn {}, retries {}, warnings {:?}",
+            summary.torn, summary.retries, summary.warnings
+        );
+        assert!(kept > 100, "{v}: {kept} samples");
+        assert!(summary.warnings.is_empty(), "{v}: {:?}", summary.warnings);
+        assert_eq!((summary.torn, summary.retries), (0, 0), "{v}: torn or retried reads of a stopped thread");
+    }
 }
 
 /// CPU per sample is the thread's CPU since its previous sample: a thread

@@ -26,6 +26,7 @@ fn collect(pid: i32, hz: u32, secs: f64, method: Option<Method>) -> (Vec<Profile
         method,
         timeline: false,
         native: false,
+        blocking: false,
     };
     let stop = AtomicBool::new(false);
     let mut out = Vec::new();
@@ -143,6 +144,7 @@ fn attribution_once(name: &str) -> Result<(), String> {
         method: None,
         timeline: false,
         native: false,
+        blocking: false,
     };
     let stop = AtomicBool::new(false);
     let started = std::time::Instant::now();

@@ -44,6 +44,7 @@ fn collect(pid: i32, secs: f64) -> (Vec<ProfileData>, osprey_python::Summary) {
         method: None,
         timeline: false,
         native: true,
+        blocking: false,
     };
     let stop = AtomicBool::new(false);
     let mut out = Vec::new();

@@ -63,8 +63,6 @@ pub struct NativeStats {
     pub native_truncated: u64,
     /// Stacks that could not be matched (marked in the stack).
     pub unmatched: u64,
-    /// Threads that could not be stopped (the last reason is kept).
-    pub stop_failed: u64,
 }
 
 struct ModInfo {
@@ -106,18 +104,14 @@ pub struct Native {
     scanned: Option<Instant>,
     /// A walk met code outside every module since the last re-read.
     unknown_code: bool,
-    /// Each tid's exit is left to its parent when it is this child's main thread.
-    child: Option<i32>,
     /// How merges went.
     pub stats: NativeStats,
-    /// Why the last thread could not be stopped.
-    pub last_stop_error: Option<String>,
 }
 
 impl Native {
     /// `interp_path`: the module defining `_PyRuntime`, as mapped by the
-    /// target; `child`: the target's pid when it is a child of this process.
-    pub fn new(pid: i32, interp_path: &str, child: Option<i32>) -> Native {
+    /// target.
+    pub fn new(pid: i32, interp_path: &str) -> Native {
         let mut n = Native {
             pid,
             interp_path: interp_path.to_string(),
@@ -127,9 +121,7 @@ impl Native {
             names: HashMap::new(),
             scanned: None,
             unknown_code: false,
-            child,
             stats: NativeStats::default(),
-            last_stop_error: None,
         };
         n.rescan();
         n
@@ -216,18 +208,11 @@ impl Native {
         crate::process::Mem::new(self.pid).read_vec(lo, len).ok()
     }
 
-    /// Stops `tid` if it is to be unwound (see the module docs).
-    pub fn stop(&mut self, tid: i32) -> Option<Stopped> {
+    /// Re-reads the modules when due: called before a thread is stopped,
+    /// never while one is.
+    pub fn prepare(&mut self) {
         if self.due() {
             self.rescan();
-        }
-        match Stopped::new(tid, self.child == Some(tid)) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                self.stats.stop_failed += 1;
-                self.last_stop_error = Some(format!("thread {tid}: {e}"));
-                None
-            }
         }
     }
 
