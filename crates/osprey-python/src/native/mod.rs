@@ -4,8 +4,8 @@
 //!
 //! A thread that is running is stopped for the moment of the read (see
 //! [`crate::ptrace`]): its registers are read, its native stack unwound with
-//! the CFI tables of `osprey-unwind` over stack memory copied page by page
-//! while it stands still, and its Python stack read, so the two describe the
+//! the CFI tables of `osprey-unwind` over stack memory copied a chunk at a
+//! time while it stands still, and its Python stack read, so the two describe the
 //! same instant. Then [`merge`] puts them together. Threads that wait are not
 //! stopped (a stop interrupts a blocking system call, which some return as
 //! `EINTR`): their stacks stay Python only.
