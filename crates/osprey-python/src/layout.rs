@@ -73,6 +73,16 @@ pub struct Layout {
     pub frame_instr: u64,
     /// `owner` in `_PyInterpreterFrame` (3.11+).
     pub frame_owner: Option<u64>,
+    /// `is_entry` in `_PyInterpreterFrame` (3.11 only: the outermost frame
+    /// of a call of the evaluation function).
+    pub frame_is_entry: Option<u64>,
+    /// The byte of a frame object that says whether it runs (3.8/3.9
+    /// `f_executing`, 3.10 `f_state`): a frame that returned keeps its other
+    /// fields.
+    pub frame_live: Option<u64>,
+    /// `co_zombieframe` in `PyCodeObject` (3.8-3.10): the frame the
+    /// interpreter keeps for that code object's next call.
+    pub code_zombieframe: Option<u64>,
     /// Bytes of a frame to read (covers the fields above).
     pub frame_size_to_read: usize,
     /// What `frame_instr` holds.
@@ -149,6 +159,9 @@ impl Layout {
             frame_previous: 0,
             frame_instr: 0,
             frame_owner: None,
+            frame_is_entry: None,
+            frame_live: None,
+            code_zombieframe: None,
             frame_size_to_read: 0,
             instr_kind: InstrKind::Pointer,
             code_filename: 0,
@@ -195,6 +208,8 @@ impl Layout {
                 l.code_firstlineno = 40;
                 l.code_linetable = 120;
                 l.line_table = if minor == 10 { LineTable::Linetable310 } else { LineTable::Lnotab };
+                l.frame_live = Some(if minor == 10 { 108 } else { 116 });
+                l.code_zombieframe = Some(128);
                 if minor == 8 {
                     l.runtime_gc_collecting = Some(544);
                 } else {
@@ -215,6 +230,7 @@ impl Layout {
                 l.frame_previous = 48;
                 l.frame_instr = 56;
                 l.frame_owner = Some(69);
+                l.frame_is_entry = Some(68);
                 l.code_filename = 112;
                 l.code_name = 120;
                 l.code_qualname = Some(128);
@@ -252,7 +268,7 @@ impl Layout {
     /// Sets how much of a frame and of a code object to read at once.
     pub fn fix_sizes(&mut self) {
         let mut f = self.frame_code.max(self.frame_previous).max(self.frame_instr) + 8;
-        if let Some(o) = self.frame_owner {
+        for o in [self.frame_owner, self.frame_is_entry, self.frame_live].into_iter().flatten() {
             f = f.max(o + 1);
         }
         self.frame_size_to_read = f as usize;

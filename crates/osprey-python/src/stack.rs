@@ -276,34 +276,27 @@ fn top_frame(t: &Target, tstate: u64) -> io::Result<u64> {
 /// Offset of a frame's "running" byte, and the values that mean running.
 type LiveFlag = (usize, fn(u8) -> bool);
 
-/// Where a 3.8–3.10 frame object says whether it is running, and which
-/// values mean it is (3.8/3.9 `f_executing`; 3.10 `f_state` EXECUTING or
-/// UNWINDING). A frame that returned keeps its other fields, so a chain
-/// followed through a stale pointer is told apart by this flag.
+/// Where a 3.8–3.10 frame object says whether it is running
+/// ([`Layout::frame_live`]), and which values mean it is (3.8/3.9
+/// `f_executing` 1; 3.10 `f_state` EXECUTING or UNWINDING). A frame that
+/// returned keeps its other fields, so a chain followed through a stale
+/// pointer is told apart by this flag.
 fn live_flag(l: &Layout) -> Option<LiveFlag> {
-    match l.minor {
-        8 | 9 => Some((116, |b| b == 1)),
-        10 => Some((108, |b| b == 0 || b == 2)),
-        _ => None,
-    }
+    let is_live: fn(u8) -> bool = if l.minor == 10 { |b| b == 0 || b == 2 } else { |b| b == 1 };
+    l.frame_live.map(|o| (o as usize, is_live))
 }
 
-/// Offset of `co_zombieframe` in a 3.8-3.10 code object (after
-/// `co_linetable`/`co_lnotab`).
-const CODE_ZOMBIEFRAME_3_8: u64 = 128;
-
 /// Whether `frame` (copied in `b`, no longer running) is the zombie frame of
-/// its own code object (3.8-3.10): such a frame is only ever reused for a
-/// call of that code object, so its code object and caller are those of the
-/// call that just returned. The thread's innermost frame when its pointer was
-/// read may be trusted that way: a short function that returned during the
-/// copy still counts for the time it ran.
+/// its own code object (3.8-3.10, [`Layout::code_zombieframe`]): such a
+/// frame is only ever reused for a call of that code object, so its code
+/// object and caller are those of the call that just returned. The thread's
+/// innermost frame when its pointer was read may be trusted that way: a
+/// short function that returned during the copy still counts for the time
+/// it ran.
 fn own_zombie(t: &Target, frame: u64, b: &[u8]) -> bool {
-    if !(8..=10).contains(&t.layout.minor) {
-        return false;
-    }
+    let Some(off) = t.layout.code_zombieframe else { return false };
     let code = rd_u64(b, t.layout.frame_code as usize);
-    code != 0 && t.mem.u64(code + CODE_ZOMBIEFRAME_3_8).is_ok_and(|z| z == frame)
+    code != 0 && t.mem.u64(code + off).is_ok_and(|z| z == frame)
 }
 
 /// How a walk ended.
@@ -427,7 +420,7 @@ fn walk_once(
 ) -> Result<Walk, io::Error> {
     let l = &t.layout;
     let live = live_flag(l);
-    let size = live.map_or(l.frame_size_to_read, |(o, _)| l.frame_size_to_read.max(o + 1));
+    let size = l.frame_size_to_read;
     let hint = cache.chains.remove(&tstate).unwrap_or_default();
     let head = l.cframe_current_frame.is_none().then_some(tstate + l.tstate_frame);
     let snap = Snapshot::read(t, head, &hint, size);
@@ -480,8 +473,7 @@ fn walk_from(
     let l = &t.layout;
     let live = live_flag(l);
     let mut w = Walk { frames: Vec::new(), end: End::Root, chain: Vec::new(), evals: Evals::default() };
-    // 3.11: `is_entry` is the byte before `owner`.
-    let is_entry_311 = l.frame_owner.filter(|_| l.minor == 11).map(|o| o as usize - 1);
+
     let mut seen = HashSet::new();
     let mut f = top;
     let mut depth = 0;
@@ -539,7 +531,7 @@ fn walk_from(
         // This frame belongs to the open call, shown or not; a call that
         // runs one frame, or whose entry this frame is, closes after it.
         w.evals.open += 1;
-        let closes = l.minor <= 10 || is_entry_311.is_some_and(|o| b.get(o).is_some_and(|&e| e != 0));
+        let closes = l.minor <= 10 || l.frame_is_entry.is_some_and(|o| b.get(o as usize).is_some_and(|&e| e != 0));
         let e = match cache.entry(t, code) {
             Ok(Some(e)) => Some(e),
             Ok(None) if l.minor >= 13 => None,
