@@ -1,5 +1,7 @@
 //! Signal-safe DWARF/CFI unwinding of native x86_64 stacks.
 //!
+//! - [`cache`]: compiled tables kept on disk by build id, for the next
+//!   process that loads the same library.
 //! - [`compile`]: off the signal path, turns a module's `.eh_frame`
 //!   (through `.eh_frame_hdr`) and `.debug_frame` (also from its separate
 //!   debug file, by build id) into a compact [`Table`].
@@ -121,6 +123,7 @@
 //! and a 256-byte page index with start and rule in one `u64` 581 ns; entries
 //! packed to 4 bytes with a rule palette 705 ns (tables 365 -> 205 KiB).
 
+pub mod cache;
 pub mod compile;
 pub mod error;
 mod mapped;

@@ -2,6 +2,7 @@
 //! [`ModuleSet`] current, on the agent thread (never in a handler: this
 //! takes the loader's lock, reads files and allocates).
 
+use crate::cache::Cache;
 use crate::compile::{compile_elf, compile_file};
 use crate::error::Error;
 use crate::modules::{Module, ModuleSet};
@@ -122,6 +123,7 @@ pub struct Tracker {
     cache: HashMap<(PathBuf, u64), Module>,
     generation: Option<Generation>,
     debug_root: Option<PathBuf>,
+    disk: Option<Cache>,
 }
 
 impl Tracker {
@@ -133,7 +135,14 @@ impl Tracker {
             cache: HashMap::new(),
             generation: None,
             debug_root,
+            disk: None,
         }
+    }
+
+    /// Compiles through `disk` (see [`crate::cache`]).
+    pub fn with_cache(mut self, disk: Option<Cache>) -> Tracker {
+        self.disk = disk;
+        self
     }
 
     /// What handlers read.
@@ -163,7 +172,10 @@ impl Tracker {
                         // SAFETY (of the read inside): the vDSO image is mapped
                         // for the process's lifetime, as the loader reports.
                         Some((lo, hi)) => compile_image(&o.path, lo, hi, self.debug_root.as_deref()),
-                        None => compile_file(&o.path, self.debug_root.as_deref()),
+                        None => match &self.disk {
+                            Some(d) => d.compile_file(&o.path, self.debug_root.as_deref()),
+                            None => compile_file(&o.path, self.debug_root.as_deref()),
+                        },
                     };
                     let (table, build_id) = match compiled {
                         Ok(c) => (c.table, c.build_id),

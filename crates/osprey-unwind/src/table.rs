@@ -126,7 +126,7 @@ pub struct Table {
 }
 
 const IN_PAGE_SHIFT: u32 = 24;
-const INDEX_MASK: u32 = (1 << IN_PAGE_SHIFT) - 1;
+pub(crate) const INDEX_MASK: u32 = (1 << IN_PAGE_SHIFT) - 1;
 const _: () = assert!(PAGE_SHIFT <= 32 - IN_PAGE_SHIFT, "the in-page offset must fit the entry's high bits");
 
 impl Table {

@@ -102,6 +102,8 @@ pub struct Native {
     compiled: HashMap<(PathBuf, u64), Compiled>,
     names: HashMap<(u64, bool), Named>,
     scanned: Option<Instant>,
+    /// Compiled tables on disk (see `osprey_unwind::cache`).
+    disk: Option<osprey_unwind::cache::Cache>,
     /// A walk met code outside every module since the last re-read.
     unknown_code: bool,
     /// How merges went.
@@ -120,6 +122,7 @@ impl Native {
             compiled: HashMap::new(),
             names: HashMap::new(),
             scanned: None,
+            disk: osprey_unwind::cache::Cache::open_default(),
             unknown_code: false,
             stats: NativeStats::default(),
         };
@@ -154,7 +157,10 @@ impl Native {
                     let file = file_of(self.pid as u32, &l.path);
                     let c = match l.image {
                         Some((lo, hi)) => self.read_image(lo, hi).and_then(|b| compile_elf(&l.path, &b, None).ok()),
-                        None => compile_file(&file, Some(&debug_root)).ok(),
+                        None => match &self.disk {
+                            Some(d) => d.compile_file(&file, Some(&debug_root)).ok(),
+                            None => compile_file(&file, Some(&debug_root)).ok(),
+                        },
                     };
                     let Some(c) = c else { continue };
                     let m = Module {
