@@ -69,7 +69,10 @@ impl Cache {
             return Ok(Compiled { table, build_id: Some(id), largest_fde, debug_file: debug, ..Compiled::default() });
         }
         let c = compile_elf(path, data.bytes(), debug_root)?;
-        let tmp = file.with_extension(format!("{}.tmp", std::process::id()));
+        // Unique per process and call: two threads may write the same entry.
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = file.with_extension(format!("{}-{seq}.tmp", std::process::id()));
         if std::fs::write(&tmp, encode(&c.table, c.largest_fde)).is_ok() && std::fs::rename(&tmp, &file).is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
@@ -171,6 +174,26 @@ mod tests {
         assert!(decode(&std::fs::read(&stored[0]).unwrap()).is_some(), "and replaced");
         // Truncated: refused.
         assert!(decode(&b[..b.len() - 1]).is_none());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Threads writing the same entry at once: every one gets the same
+    /// table, and the file left is whole (each writes its own temporary).
+    #[test]
+    fn concurrent_writers() {
+        let libc = crate::scan::loaded().1.into_iter().find(|l| l.path.to_string_lossy().contains("libc.so")).unwrap();
+        let d = dir("conc");
+        let cache = Cache::open(&d).unwrap();
+        let tables: Vec<Vec<(u64, crate::Rule)>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| cache.compile_file(&libc.path, None).unwrap().table.iter().collect()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(tables.windows(2).all(|w| w[0] == w[1]));
+        let files: Vec<PathBuf> = std::fs::read_dir(&d).unwrap().flatten().map(|e| e.path()).collect();
+        assert_eq!(files.len(), 1, "no temporary left: {files:?}");
+        assert!(decode(&std::fs::read(&files[0]).unwrap()).is_some());
         let _ = std::fs::remove_dir_all(&d);
     }
 
