@@ -313,7 +313,7 @@ struct RemoteStack {
 
 impl RemoteStack {
     fn read(&mut self, addr: u64) -> Option<u64> {
-        let off = usize::try_from(addr.checked_sub(self.base)?).ok()?;
+        let off = usize::try_from(addr.checked_sub(self.base)?).ok().filter(|&o| o < MAX_STACK)?;
         while off + 8 > self.bytes.len() {
             if self.end || self.bytes.len() >= MAX_STACK {
                 return None;
