@@ -7,9 +7,10 @@ tree (a copy of part of the interpreter's own standard library).
 
 Both attach to one black process (one worker, pure-Python black: install
 it with `pip install --no-binary black black`) at the same rate, osprey in
-its default mode (py-spy's blocking mode and osprey's `--blocking` both use
-ptrace and cannot share a process). Compares the flat shares of the top
-functions: osprey by cpu, py-spy by non-idle samples."""
+its default mode. With `--blocking`, osprey runs with `--blocking` on one
+run and py-spy on another run of the same work (both stop the threads with
+ptrace, which two tracers cannot share). Compares the flat shares of the
+top functions: osprey by cpu, py-spy by non-idle samples."""
 import argparse
 import os
 import re
@@ -31,21 +32,34 @@ def main():
     ap.add_argument("--tree", default=sysconfig.get_paths()["stdlib"])
     ap.add_argument("--hz", type=int, default=100)
     ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--blocking", action="store_true")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
-    src = os.path.join(tmp, "src")
-    shutil.copytree(a.tree, src, ignore=shutil.ignore_patterns("test", "tests", "idlelib", "site-packages", "__pycache__", "lib2to3"))
-    p = subprocess.Popen([a.black, "-W", "1", "-q", "--fast", src], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
+    ignore = shutil.ignore_patterns("test", "tests", "idlelib", "site-packages", "__pycache__", "lib2to3")
     out, raw = os.path.join(tmp, "osprey"), os.path.join(tmp, "pyspy.txt")
-    o = subprocess.Popen([a.osprey, "attach", "--pid", str(p.pid), "--hz", str(a.hz), "--out", out],
-                         stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
-    s = subprocess.Popen(["py-spy", "record", "--pid", str(p.pid), "--rate", str(a.hz), "--format", "raw", "-o", raw],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    p.wait()
-    _, err = o.communicate()
-    s.wait()
+    osprey_cmd = [a.osprey, "attach", "--hz", str(a.hz), "--out", out] + (["--blocking"] if a.blocking else [])
+    pyspy_cmd = ["py-spy", "record", "--rate", str(a.hz), "--format", "raw", "-o", raw]
+
+    def run(profilers):
+        src = tempfile.mkdtemp(dir=tmp)
+        shutil.rmtree(src)
+        shutil.copytree(a.tree, src, ignore=ignore)
+        p = subprocess.Popen([a.black, "-W", "1", "-q", "--fast", src], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        procs = []
+        for cmd, pipe in profilers:
+            procs.append(subprocess.Popen(cmd + ["--pid", str(p.pid)], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE if pipe else subprocess.DEVNULL, text=True))
+            time.sleep(0.5)
+        p.wait()
+        return [q.communicate()[1] for q in procs]
+
+    if a.blocking:
+        err = run([(osprey_cmd, True)])[0]
+        run([(pyspy_cmd, False)])
+    else:
+        err = run([(osprey_cmd, True), (pyspy_cmd, False)])[0]
     x, y = osprey_flat(a.osprey, out), pyspy_flat(raw)
     top = sorted(y, key=lambda k: -y[k])[: a.top]
     worst = 0.0
