@@ -358,7 +358,13 @@ impl Sampler {
                 }
             };
             let holds = gils.iter().any(|g| g.1 && g.2 == tstate);
-            if holds && collecting.as_ref().is_some_and(|c| crate::gc::in_collection(&self.target, tstate, c)) {
+            // Collecting when the pass began. A collection holds the Python
+            // stack still; a read that tore means it ended meanwhile, so
+            // that case is checked again rather than shown as `[gc]` over
+            // frames it did not run under.
+            let in_gc =
+                |c: &Option<Vec<u64>>| c.as_ref().is_some_and(|c| crate::gc::in_collection(&self.target, tstate, c));
+            if holds && in_gc(&collecting) && (truncated.is_none() || in_gc(&crate::gc::collecting(&self.target))) {
                 frames.insert(0, Frame::Synthetic(crate::gc::GC_FRAME.into()));
             }
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
