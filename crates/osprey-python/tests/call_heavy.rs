@@ -9,11 +9,10 @@
 mod common;
 
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use osprey_pprof::{Frame, ProfileData};
 use osprey_python::stack::{MAX_DEPTH, TRUNCATED};
-use osprey_python::{attach_with_sink, Options};
+use osprey_python::Options;
 
 const INTERPRETERS: [&str; 10] =
     ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian-3.11", "forky-3.13", "forky-3.14", "forky-3.15"];
@@ -27,23 +26,7 @@ fn collect(pid: i32, hz: u32, secs: f64) -> (Vec<ProfileData>, osprey_python::Su
 }
 
 fn collect_with(pid: i32, hz: u32, secs: f64, blocking: bool) -> (Vec<ProfileData>, osprey_python::Summary) {
-    let opts = Options {
-        hz,
-        period: Duration::from_secs(3600),
-        out_dir: std::env::temp_dir(),
-        duration: Some(Duration::from_secs_f64(secs)),
-        method: None,
-        timeline: false,
-        native: false,
-        blocking,
-    };
-    let mut out = Vec::new();
-    let summary = attach_with_sink(pid, &opts, &AtomicBool::new(false), &mut |d| {
-        out.push(d.clone());
-        Ok(None)
-    })
-    .unwrap_or_else(|e| panic!("attach: {e}"));
-    (out, summary)
+    common::collect(pid, &Options { blocking, ..common::options(hz, Some(secs)) }, &AtomicBool::new(false))
 }
 
 fn name(f: &Frame) -> &str {

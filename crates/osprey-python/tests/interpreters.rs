@@ -15,27 +15,10 @@ use std::time::Duration;
 
 use osprey_pprof::{Frame, LabelValue, ProfileData};
 use osprey_python::threads::Discovery;
-use osprey_python::{attach_with_sink, open_target, Method, Options};
+use osprey_python::{open_target, Method, Options};
 
 fn collect(pid: i32, hz: u32, secs: f64, method: Option<Method>) -> (Vec<ProfileData>, osprey_python::Summary) {
-    let opts = Options {
-        hz,
-        period: Duration::from_secs(3600),
-        out_dir: std::env::temp_dir(),
-        duration: Some(Duration::from_secs_f64(secs)),
-        method,
-        timeline: false,
-        native: false,
-        blocking: false,
-    };
-    let stop = AtomicBool::new(false);
-    let mut out = Vec::new();
-    let summary = attach_with_sink(pid, &opts, &stop, &mut |d| {
-        out.push(d.clone());
-        Ok(None)
-    })
-    .unwrap_or_else(|e| panic!("attach: {e}"));
-    (out, summary)
+    common::collect(pid, &Options { method, ..common::options(hz, Some(secs)) }, &AtomicBool::new(false))
 }
 
 fn func_names(frames: &[Frame]) -> Vec<&str> {
@@ -136,27 +119,11 @@ fn attribution_once(name: &str) -> Result<(), String> {
     };
     std::thread::sleep(Duration::from_millis(100));
     let t0 = read_truth();
-    let opts = Options {
-        hz: 1000,
-        period: Duration::from_secs(3600),
-        out_dir: std::env::temp_dir(),
-        duration: None,
-        method: None,
-        timeline: false,
-        native: false,
-        blocking: false,
-    };
+    let opts = common::options(1000, None);
     let stop = AtomicBool::new(false);
     let started = std::time::Instant::now();
     let (profiles, summary) = std::thread::scope(|sc| {
-        let h = sc.spawn(|| {
-            let mut out = Vec::new();
-            let r = attach_with_sink(w.pid(), &opts, &stop, &mut |d| {
-                out.push(d.clone());
-                Ok(None)
-            });
-            (out, r.unwrap_or_else(|e| panic!("attach: {e}")))
-        });
+        let h = sc.spawn(|| common::collect(w.pid(), &opts, &stop));
         while started.elapsed() < WALL_LIMIT && read_truth().iter().zip(&t0).map(|(a, b)| a - b).sum::<f64>() < CPU_GOAL
         {
             std::thread::sleep(Duration::from_millis(50));

@@ -10,10 +10,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use osprey_pprof::{Frame, ProfileData};
-use osprey_python::{attach_with_sink, Options};
+use osprey_python::Options;
 
 /// Builds the extension for `py` into a fresh directory (as the interpreter
 /// sees it); its headers are found through the interpreter's `sysconfig`.
@@ -36,24 +35,7 @@ fn build_extension(py: &common::Py) -> String {
 }
 
 fn collect(pid: i32, secs: f64) -> (Vec<ProfileData>, osprey_python::Summary) {
-    let opts = Options {
-        hz: 100,
-        period: Duration::from_secs(3600),
-        out_dir: std::env::temp_dir(),
-        duration: Some(Duration::from_secs_f64(secs)),
-        method: None,
-        timeline: false,
-        native: true,
-        blocking: false,
-    };
-    let stop = AtomicBool::new(false);
-    let mut out = Vec::new();
-    let summary = attach_with_sink(pid, &opts, &stop, &mut |d| {
-        out.push(d.clone());
-        Ok(None)
-    })
-    .unwrap_or_else(|e| panic!("attach: {e}"));
-    (out, summary)
+    common::collect(pid, &Options { native: true, ..common::options(100, Some(secs)) }, &AtomicBool::new(false))
 }
 
 /// (name, file) of each frame, leaf first (markers as name with no file).

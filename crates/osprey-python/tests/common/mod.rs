@@ -284,3 +284,33 @@ pub fn alive(pid: i32) -> bool {
         .and_then(|s| s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string)))
         .is_some_and(|st| st != "Z" && st != "X")
 }
+
+/// Sampling options for a test: `hz`, for `secs` (None: until stopped or
+/// the process exits), one profile at the end.
+#[allow(dead_code)]
+pub fn options(hz: u32, secs: Option<f64>) -> osprey_python::Options {
+    osprey_python::Options {
+        hz,
+        period: std::time::Duration::from_secs(3600),
+        out_dir: std::env::temp_dir(),
+        duration: secs.map(std::time::Duration::from_secs_f64),
+        ..Default::default()
+    }
+}
+
+/// Attaches to `pid` with `opts` until its duration, `stop` or the
+/// process's exit: the profiles it flushed and its summary.
+#[allow(dead_code)]
+pub fn collect(
+    pid: i32,
+    opts: &osprey_python::Options,
+    stop: &std::sync::atomic::AtomicBool,
+) -> (Vec<osprey_pprof::ProfileData>, osprey_python::Summary) {
+    let mut out = Vec::new();
+    let summary = osprey_python::attach_with_sink(pid, opts, stop, &mut |d| {
+        out.push(d.clone());
+        Ok(None)
+    })
+    .unwrap_or_else(|e| panic!("attach: {e}"));
+    (out, summary)
+}
