@@ -232,7 +232,7 @@ pub fn attach_with_sink(
         }
         sampler.native = Some(n);
     }
-    sampler.blocking = opts.blocking;
+    sampler.blocking = opts.blocking || opts.native;
     let started = Instant::now();
     sampler.wait_initialized(Duration::from_secs(5));
 

@@ -88,7 +88,7 @@ pub struct Sampler {
     /// Mixed native and Python stacks (`--native`), when enabled.
     pub native: Option<crate::native::Native>,
     /// Stop each running thread for the moment of its read (`--blocking`,
-    /// implied by `--native`; see [`crate::ptrace`]).
+    /// set with `native`; see [`crate::ptrace`]).
     pub blocking: bool,
     /// Threads that could not be stopped, and the last reason.
     pub stop_failed: u64,
@@ -307,13 +307,9 @@ impl Sampler {
                 self.backfill.insert(tid, young_thread_cpu(pid, tid).unwrap_or(0));
             }
             let before = clock.as_ref().and_then(|c| c.read().ok());
-            // The running task, read next to the stack on both sides: a
-            // task that switched during the read is the one that ran when
-            // the innermost frames were read (first), or, if none ran then,
-            // the one that started during the read.
             // `--blocking`/`--native`: a running thread stands still while
             // its stacks are read (a waiting one does not change).
-            let stopped = if (self.blocking || self.native.is_some()) && k.state == 'R' {
+            let stopped = if self.blocking && k.state == 'R' {
                 if let Some(n) = &mut self.native {
                     n.prepare();
                 }
@@ -328,14 +324,18 @@ impl Sampler {
             } else {
                 None
             };
+            let was_stopped = stopped.is_some();
             let native = match (&mut self.native, &stopped) {
                 (Some(n), Some(s)) => n.unwind(s),
                 _ => None,
             };
+            // The running task, read next to the stack on both sides: a
+            // task that switched during the read is the one that ran when
+            // the innermost frames were read (first), or, if none ran then,
+            // the one that started during the read.
             let task_before = self.tasks.running(&self.target, tstate);
-            let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries, stopped.is_some());
+            let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries, was_stopped);
             let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
-            let was_stopped = stopped.is_some();
             drop(stopped);
             let after = clock.as_ref().and_then(|c| c.read().ok());
             let (mut frames, truncated) = match read {
