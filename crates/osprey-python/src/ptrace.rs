@@ -69,28 +69,11 @@ impl Stopped {
         Ok(s)
     }
 
-    fn wait_stop(&mut self) -> io::Result<()> {
+    fn wait_stop(&self) -> io::Result<()> {
         let start = Instant::now();
         let mut spins = 0u32;
-        loop {
-            let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
-            // SAFETY: valid info buffer. WSTOPPED only: an exit is never
-            // consumed here (see the module docs).
-            let r = unsafe {
-                libc::waitid(
-                    libc::P_PID,
-                    self.tid as libc::id_t,
-                    info.as_mut_ptr(),
-                    libc::WSTOPPED | libc::WNOHANG | libc::__WALL | libc::__WNOTHREAD,
-                )
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: waitid zero-filled or filled `info`.
-            if unsafe { info.assume_init().si_pid() } == self.tid {
-                return Ok(());
-            }
+        // WSTOPPED only: an exit is never consumed here (see the module docs).
+        while poll(self.tid, libc::WSTOPPED)?.is_none() {
             if start.elapsed() > STOP_TIMEOUT {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "thread did not stop"));
             }
@@ -102,6 +85,7 @@ impl Stopped {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
+        Ok(())
     }
 
     /// The stopped thread's registers.
@@ -140,29 +124,40 @@ pub fn settle() {
 
 /// Ends the tracing of `tid`; false if it must be tried again later.
 fn finish(tid: i32, sig: i32, leave_exit: bool) -> bool {
-    // SAFETY: ptrace/waitid on a thread id; `info` is a valid buffer.
-    unsafe {
-        if libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) == 0 {
-            return true;
-        }
-        // Not stopped (yet), or dead. An exit is taken only when it is not
-        // a child's to report to its parent.
-        let exited = if leave_exit { 0 } else { libc::WEXITED };
-        let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
-        let flags = libc::WSTOPPED | exited | libc::WNOHANG | libc::__WALL | libc::__WNOTHREAD;
-        if libc::waitid(libc::P_PID, tid as libc::id_t, info.as_mut_ptr(), flags) != 0 {
-            // ECHILD: no longer traced by this thread (gone, or released).
-            return true;
-        }
-        let info = info.assume_init();
-        if info.si_pid() != tid {
-            return leave_exit && !crate::sampler::process_alive(tid);
-        }
-        match info.si_code {
-            libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED => true,
-            _ => libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) == 0,
-        }
+    let detach = || {
+        // SAFETY: detaching our tracee, handing back a pending signal.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) == 0 }
+    };
+    if detach() {
+        return true;
     }
+    // Not stopped (yet), or dead. An exit is taken only when it is not a
+    // child's to report to its parent.
+    let exited = if leave_exit { 0 } else { libc::WEXITED };
+    match poll(tid, libc::WSTOPPED | exited) {
+        // ECHILD: no longer traced by this thread (gone, or released).
+        Err(_) => true,
+        Ok(None) => leave_exit && !crate::sampler::process_alive(tid),
+        Ok(Some(info)) => match info.si_code {
+            libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED => true,
+            _ => detach(),
+        },
+    }
+}
+
+/// One `waitid` without blocking for this thread's own tracee `tid`
+/// (`flags`: which events to take): the event, if one was waiting.
+fn poll(tid: i32, flags: libc::c_int) -> io::Result<Option<libc::siginfo_t>> {
+    let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
+    let flags = flags | libc::WNOHANG | libc::__WALL | libc::__WNOTHREAD;
+    // SAFETY: a valid siginfo buffer for the kernel to fill.
+    if unsafe { libc::waitid(libc::P_PID, tid as libc::id_t, info.as_mut_ptr(), flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: zero-filled, or filled by waitid.
+    let info = unsafe { info.assume_init() };
+    // SAFETY: reading the pid of a (zeroed or filled) SIGCHLD siginfo.
+    Ok((unsafe { info.si_pid() } == tid).then_some(info))
 }
 
 #[cfg(test)]
