@@ -1,7 +1,7 @@
 //! An immutable set of loaded modules and their tables: what a handler reads.
 //!
 //! **Signal-safe** for lookups ([`ModuleSet::rule_for`],
-//! [`ModuleSet::module_for`]): binary searches over boxed slices, no panic.
+//! [`ModuleSet::module_for`], [`ModuleSet::index_for`]): binary searches over boxed slices, no panic.
 //! Invariant: `modules` is sorted by `start` and the `[start, end)` ranges do
 //! not overlap (enforced by [`ModuleSet::new`]).
 
@@ -51,8 +51,14 @@ impl ModuleSet {
     /// The module whose executable range holds `pc`.
     #[inline]
     pub fn module_for(&self, pc: u64) -> Option<&Module> {
+        self.modules.get(self.index_for(pc)?)
+    }
+
+    /// Index in [`ModuleSet::modules`] of the module holding `pc`.
+    #[inline]
+    pub fn index_for(&self, pc: u64) -> Option<usize> {
         let i = self.modules.partition_point(|m| m.start <= pc).checked_sub(1)?;
-        self.modules.get(i).filter(|m| pc < m.end)
+        self.modules.get(i).filter(|m| pc < m.end).map(|_| i)
     }
 
     /// The rule for `pc`: `None` when `pc` is in no module (JIT, anonymous

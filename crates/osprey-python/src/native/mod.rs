@@ -264,7 +264,7 @@ impl Native {
             return n.clone();
         }
         let at = if ret { pc.wrapping_sub(1) } else { pc };
-        let n = match self.set.modules().iter().position(|m| m.start <= at && at < m.end) {
+        let n = match self.set.index_for(at) {
             Some(i) => {
                 let bias = self.set.modules()[i].bias;
                 let info = &mut self.info[i];
