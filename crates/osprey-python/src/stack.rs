@@ -428,7 +428,8 @@ fn walk_once(
         Some(top) => top,
         None => top_frame(t, tstate)?,
     };
-    let mut w = walk_from(t, cache, &snap, top, size, false, still)?;
+    let from = if still { Top::Stopped } else { Top::Thread };
+    let mut w = walk_from(t, cache, &snap, top, size, from)?;
     if w.end == End::Torn && last_resort {
         // The stack moved on between the frame pointer and the frames: the
         // snapshot alone may still hold one whole stack. Every running
@@ -440,7 +441,7 @@ fn walk_once(
         // over their short callees if taken at every tear.
         let tops = live.map(|lv| snap.own_tops(l, lv)).unwrap_or_default();
         for own in tops {
-            let again = walk_from(t, cache, &snap, own, size, true, false)?;
+            let again = walk_from(t, cache, &snap, own, size, Top::Snapshot)?;
             if again.end == End::Root && (w.end != End::Root || again.frames.len() > w.frames.len()) {
                 w = again;
             }
@@ -459,21 +460,25 @@ fn walk_once(
     Ok(w)
 }
 
+/// Where a walk's top (innermost) frame comes from, and so how far it is trusted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Top {
+    /// The thread's frame pointer, the thread running: the frame must be
+    /// running (or its code object's zombie frame, 3.8-3.10).
+    Thread,
+    /// The frame pointer of a stopped thread: its own, running or being
+    /// entered or left.
+    Stopped,
+    /// A frame of the snapshot, walked within the snapshot alone.
+    Snapshot,
+}
+
 /// Walks from frame `top`, using the snapshot's copies where it has them
-/// (only them when `snapshot_only`).
-fn walk_from(
-    t: &Target,
-    cache: &mut CodeCache,
-    snap: &Snapshot,
-    top: u64,
-    size: usize,
-    snapshot_only: bool,
-    still: bool,
-) -> io::Result<Walk> {
+/// (only them from [`Top::Snapshot`]).
+fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size: usize, from: Top) -> io::Result<Walk> {
     let l = &t.layout;
     let live = live_flag(l);
     let mut w = Walk { frames: Vec::new(), end: End::Root, chain: Vec::new(), evals: Evals::default() };
-
     let mut seen = HashSet::new();
     let mut f = top;
     let mut depth = 0;
@@ -491,7 +496,7 @@ fn walk_from(
         w.chain.push(f);
         let b = match snap.frames.get(&f) {
             Some(b) => b.clone(),
-            None if snapshot_only => {
+            None if from == Top::Snapshot => {
                 w.end = End::Torn;
                 break;
             }
@@ -503,9 +508,7 @@ fn walk_from(
                 }
             },
         };
-        // The innermost frame of a stopped thread (`still`) is its own,
-        // running or being entered or left.
-        let own_top = depth == 1 && !snapshot_only && (still || own_zombie(t, f, &b));
+        let own_top = depth == 1 && (from == Top::Stopped || from == Top::Thread && own_zombie(t, f, &b));
         if live.is_some_and(|(o, is_live)| !is_live(b[o])) && !own_top {
             w.end = End::Torn;
             break;
