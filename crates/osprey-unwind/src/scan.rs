@@ -260,8 +260,12 @@ type ExecSegment = (u64, u64, u64);
 /// Paths are as the process sees them (open them with [`file_of`]).
 /// Mappings whose file cannot be read are left out.
 pub fn loaded_in(pid: u32) -> std::io::Result<Vec<Loaded>> {
+    Ok(loaded_from(pid, &std::fs::read_to_string(format!("/proc/{pid}/maps"))?))
+}
+
+/// [`loaded_in`] from the text of `/proc/<pid>/maps` already read.
+pub fn loaded_from(pid: u32, maps: &str) -> Vec<Loaded> {
     use object::{Object, ObjectSegment};
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let mut out: Vec<Loaded> = Vec::new();
     let mut files: HashMap<PathBuf, Option<Vec<ExecSegment>>> = HashMap::new();
     for line in maps.lines() {
@@ -303,5 +307,5 @@ pub fn loaded_in(pid: u32) -> std::io::Result<Vec<Loaded>> {
             _ => out.push(Loaded { path, bias, start, end, image: None }),
         }
     }
-    Ok(out)
+    out
 }

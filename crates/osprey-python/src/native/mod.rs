@@ -11,9 +11,10 @@
 //! `EINTR`): their stacks stay Python only.
 //!
 //! Modules (`/proc/<pid>/maps`, through `/proc/<pid>/root` for a container)
-//! are compiled once per file and load address, re-read at most once a
-//! second when a walk meets code outside every known module, and every
-//! [`RESCAN`] otherwise. The vDSO is compiled from the target's memory.
+//! are compiled once per file and load address; the maps are looked at
+//! again at most once a second when a walk meets code outside every known
+//! module, and every [`RESCAN`] otherwise, and the modules re-read only if
+//! they changed. The vDSO is compiled from the target's memory.
 //! Native frames are named when sampled (the target may be gone by the time
 //! a profile is written): the function symbol, else `module+0xoffset`, with
 //! the module's path as file.
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use osprey_pprof::Frame;
 use osprey_unwind::compile::{compile_elf, compile_file, DEBUG_ROOT};
-use osprey_unwind::scan::{file_of, loaded_in};
+use osprey_unwind::scan::{file_of, loaded_from};
 use osprey_unwind::symbols::{module_offset_name, Symbols};
 use osprey_unwind::{unwind, Module, ModuleSet, Regs};
 
@@ -102,6 +103,8 @@ pub struct Native {
     compiled: HashMap<(PathBuf, u64), Compiled>,
     names: HashMap<(u64, bool), Named>,
     scanned: Option<Instant>,
+    /// `/proc/<pid>/maps` as of the last re-read.
+    maps: String,
     /// Compiled tables on disk (see `osprey_unwind::cache`).
     disk: Option<osprey_unwind::cache::Cache>,
     /// A walk met code outside every module since the last re-read.
@@ -122,6 +125,7 @@ impl Native {
             compiled: HashMap::new(),
             names: HashMap::new(),
             scanned: None,
+            maps: String::new(),
             disk: osprey_unwind::cache::Cache::open_default(),
             unknown_code: false,
             stats: NativeStats::default(),
@@ -142,14 +146,21 @@ impl Native {
         })
     }
 
-    /// Re-reads the target's modules, compiling the new ones.
+    /// Re-reads the target's modules when its mappings changed, compiling
+    /// the new ones.
     fn rescan(&mut self) {
         self.scanned = Some(Instant::now());
         self.unknown_code = false;
-        let Ok(loaded) = loaded_in(self.pid as u32) else { return };
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else { return };
+        if maps == self.maps {
+            return;
+        }
+        let loaded = loaded_from(self.pid as u32, &maps);
+        let vdso = vdso(&maps);
+        self.maps = maps;
         let debug_root = file_of(self.pid as u32, Path::new(DEBUG_ROOT));
         let mut compiled = HashMap::new();
-        for l in loaded.into_iter().chain(self.vdso()) {
+        for l in loaded.into_iter().chain(vdso) {
             let key = (l.path.clone(), l.bias);
             let entry = match self.compiled.remove(&key) {
                 Some(e) => e,
@@ -198,15 +209,6 @@ impl Native {
         self.compiled = compiled;
         // Names depend on where modules are.
         self.names.clear();
-    }
-
-    /// The vDSO's mapping, if any (its image is read from the target).
-    fn vdso(&self) -> Option<osprey_unwind::scan::Loaded> {
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).ok()?;
-        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-        let (a, b) = line.split_whitespace().next()?.split_once('-')?;
-        let (start, end) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
-        Some(osprey_unwind::scan::Loaded { path: "[vdso]".into(), bias: start, start, end, image: Some((start, end)) })
     }
 
     fn read_image(&self, lo: u64, hi: u64) -> Option<Vec<u8>> {
@@ -299,6 +301,14 @@ impl Native {
         self.names.insert((pc, ret), n.clone());
         n
     }
+}
+
+/// The vDSO's mapping in `maps`, if any (its image is read from the target).
+fn vdso(maps: &str) -> Option<osprey_unwind::scan::Loaded> {
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (a, b) = line.split_whitespace().next()?.split_once('-')?;
+    let (start, end) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+    Some(osprey_unwind::scan::Loaded { path: "[vdso]".into(), bias: start, start, end, image: Some((start, end)) })
 }
 
 /// The stopped thread's stack, copied from its stack pointer upwards a
