@@ -39,31 +39,48 @@ pub struct Resolved {
 pub fn symbolize(pid: i32, addrs: &[(u64, bool)], lines: bool) -> Vec<Resolved> {
     let lookup: Vec<u64> = addrs.iter().map(|&(a, ret)| if ret { a.saturating_sub(1) } else { a }).collect();
     let pid = if pid <= 0 || pid as u32 == std::process::id() { Pid::Slf } else { Pid::from(pid as u32) };
-    let symbolizer =
-        Symbolizer::builder().enable_inlined_fns(lines).enable_code_info(lines).enable_demangling(true).build();
-    // Paths named in /proc/<pid>/maps first: opening /proc/<pid>/map_files/*
-    // needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE), even for oneself.
-    let mut out = run(&symbolizer, pid, false, lines, &lookup);
-    // Then map_files for what is left (deleted files, other mount namespaces).
+    let mut out = vec![Resolved::default(); lookup.len()];
+    // Without DWARF, one pass over each module's symbol tables names a
+    // profile's few hundred addresses for a fraction of what indexing every
+    // symbol costs (it matters for short processes, whose only profile is
+    // written at exit).
+    if !lines {
+        from_elf_symbols(pid, &lookup, &mut out);
+    }
     let unknown: Vec<usize> = (0..out.len()).filter(|&i| out[i].lines.is_empty()).collect();
     if !unknown.is_empty() {
+        let symbolizer =
+            Symbolizer::builder().enable_inlined_fns(lines).enable_code_info(lines).enable_demangling(true).build();
         let retry: Vec<u64> = unknown.iter().map(|&i| lookup[i]).collect();
-        for (i, r) in unknown.into_iter().zip(run(&symbolizer, pid, true, lines, &retry)) {
+        // Paths named in /proc/<pid>/maps first: opening /proc/<pid>/map_files/*
+        // needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE), even for oneself.
+        let mut found = run(&symbolizer, pid, false, lines, &retry);
+        // Then map_files for what is left (deleted files, other mount namespaces).
+        let left: Vec<usize> = (0..found.len()).filter(|&k| found[k].lines.is_empty()).collect();
+        if !left.is_empty() {
+            let again: Vec<u64> = left.iter().map(|&k| retry[k]).collect();
+            for (k, r) in left.into_iter().zip(run(&symbolizer, pid, true, lines, &again)) {
+                found[k] = r;
+            }
+        }
+        for (i, r) in unknown.into_iter().zip(found) {
             out[i] = r;
         }
+        drop(symbolizer);
+        if lines {
+            from_elf_symbols(pid, &lookup, &mut out);
+        }
     }
-    drop(symbolizer);
-    from_debug_files(pid, &lookup, &mut out);
     release_free_heap();
     out
 }
 
-/// Names what blazesym left unnamed from the sized symbols of the module and
-/// of its separate debug file under `/usr/lib/debug/.build-id/` (stripped
-/// libraries such as libc get their local functions, e.g. `start_thread`).
-/// An address past the end of every symbol stays unnamed.
-fn from_debug_files(pid: Pid, lookup: &[u64], out: &mut [Resolved]) {
-    use osprey_unwind::symbols::Symbols;
+/// Names the unnamed addresses from the sized function symbols of their
+/// module and of its separate debug file under `/usr/lib/debug/.build-id/`
+/// (stripped libraries such as libc get their local functions, e.g.
+/// `start_thread`), one pass over each module's tables. An address past the
+/// end of every symbol stays unnamed.
+fn from_elf_symbols(pid: Pid, lookup: &[u64], out: &mut [Resolved]) {
     use std::collections::HashMap;
     let unknown: Vec<usize> = (0..out.len()).filter(|&i| out[i].lines.is_empty()).collect();
     if unknown.is_empty() {
@@ -75,21 +92,33 @@ fn from_debug_files(pid: Pid, lookup: &[u64], out: &mut [Resolved]) {
     };
     let Ok(modules) = osprey_unwind::scan::loaded_in(pid) else { return };
     let root = std::path::Path::new(osprey_unwind::compile::DEBUG_ROOT);
-    let mut symbols: HashMap<usize, Option<Symbols>> = HashMap::new();
+    let mut by_module: HashMap<usize, Vec<usize>> = HashMap::new();
     for i in unknown {
-        let a = lookup[i];
-        let Some(m) = modules.iter().position(|m| m.start <= a && a < m.end) else { continue };
-        let module = &modules[m];
-        let syms = symbols.entry(m).or_insert_with(|| {
-            Symbols::load_with_debug(&osprey_unwind::scan::file_of(pid, &module.path), Some(root)).ok()
-        });
-        if let Some((name, _)) = syms.as_ref().and_then(|s| s.lookup(a.wrapping_sub(module.bias))) {
-            out[i] = Resolved {
-                lines: vec![SymLine { name: name.to_string(), file: String::new(), line: 0 }],
-                debug_info: false,
-            };
+        if let Some(m) = modules.iter().position(|m| m.start <= lookup[i] && lookup[i] < m.end) {
+            by_module.entry(m).or_default().push(i);
         }
     }
+    for (m, idx) in by_module {
+        let module = &modules[m];
+        let svmas: Vec<u64> = idx.iter().map(|&i| lookup[i].wrapping_sub(module.bias)).collect();
+        let file = osprey_unwind::scan::file_of(pid, &module.path);
+        let Ok(names) = osprey_unwind::symbols::name_addresses(&file, Some(root), &svmas) else { continue };
+        for (i, name) in idx.into_iter().zip(names) {
+            if let Some(name) = name {
+                let name = demangle(&name);
+                out[i] = Resolved { lines: vec![SymLine { name, file: String::new(), line: 0 }], debug_info: false };
+            }
+        }
+    }
+}
+
+/// A symbol's name as blazesym shows it: Rust demangled without its hash,
+/// else C++ demangled, else as it is.
+fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    cpp_demangle::Symbol::new(name).ok().and_then(|s| s.demangle().ok()).unwrap_or_else(|| name.to_string())
 }
 
 /// Returns free malloc memory to the kernel (glibc only; elsewhere a no-op).
@@ -159,6 +188,29 @@ mod tests {
         assert!(r[0].lines.last().unwrap().name.contains("marker_fn"), "{:?}", r[0]);
         assert!(r[1].lines.last().unwrap().name.contains("marker_fn"), "{:?}", r[1]);
         assert!(r[2].lines.is_empty());
+    }
+
+    /// Names from the one-pass reading of symbol tables are blazesym's names.
+    #[test]
+    fn symbol_tables_name_as_blazesym_does() {
+        let addrs: Vec<u64> = vec![
+            marker_fn as fn() -> u64 as usize as u64,
+            symbolize as fn(i32, &[(u64, bool)], bool) -> Vec<Resolved> as usize as u64 + 3,
+            demangle as fn(&str) -> String as usize as u64 + 1,
+            libc::getpid as unsafe extern "C" fn() -> libc::pid_t as usize as u64,
+            libc::malloc as unsafe extern "C" fn(usize) -> *mut libc::c_void as usize as u64 + 2,
+        ];
+        let mut ours = vec![Resolved::default(); addrs.len()];
+        from_elf_symbols(Pid::Slf, &addrs, &mut ours);
+        let symbolizer = Symbolizer::builder().enable_demangling(true).build();
+        let theirs = run(&symbolizer, Pid::Slf, false, false, &addrs);
+        for ((a, o), t) in addrs.iter().zip(&ours).zip(&theirs) {
+            assert!(!o.lines.is_empty(), "{a:#x} unnamed");
+            if !t.lines.is_empty() {
+                assert_eq!(o.lines[0].name, t.lines[0].name, "{a:#x}");
+            }
+        }
+        assert!(ours[0].lines[0].name.ends_with("marker_fn"), "{:?}", ours[0]);
     }
 
     #[test]

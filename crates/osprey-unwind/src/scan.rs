@@ -253,6 +253,45 @@ pub fn file_of(pid: u32, path: &Path) -> PathBuf {
 /// `(p_offset, p_filesz, p_vaddr)` of an executable `PT_LOAD`.
 type ExecSegment = (u64, u64, u64);
 
+/// The first page of a file: where an ELF image keeps its program headers.
+/// Read, not mapped: a mapping's `munmap` costs every thread of the process
+/// a TLB flush.
+fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(4096);
+    std::fs::File::open(path)?.take(4096).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// The executable `PT_LOAD` segments of an ELF image, from its program
+/// headers alone (no section or symbol table is parsed).
+fn exec_segments(data: &[u8]) -> Option<Vec<ExecSegment>> {
+    match object::FileKind::parse(data).ok()? {
+        object::FileKind::Elf64 => exec_segments_of::<object::elf::FileHeader64<object::Endianness>>(data),
+        object::FileKind::Elf32 => exec_segments_of::<object::elf::FileHeader32<object::Endianness>>(data),
+        _ => None,
+    }
+}
+
+fn exec_segments_of<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
+    data: &[u8],
+) -> Option<Vec<ExecSegment>> {
+    use object::read::elf::ProgramHeader;
+    let header = Elf::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let exec = |p: &&Elf::ProgramHeader| {
+        p.p_type(endian) == object::elf::PT_LOAD && p.p_flags(endian) & object::elf::PF_X != 0
+    };
+    let phdrs = header.program_headers(endian, data).ok()?;
+    Some(
+        phdrs
+            .iter()
+            .filter(exec)
+            .map(|p| (p.p_offset(endian).into(), p.p_filesz(endian).into(), p.p_vaddr(endian).into()))
+            .collect(),
+    )
+}
+
 /// The executable file mappings of process `pid` from `/proc/<pid>/maps`,
 /// with their load bias from the file's program headers: what an
 /// out-of-process sampler (Python's `--native` mode, on a copied stack)
@@ -265,7 +304,6 @@ pub fn loaded_in(pid: u32) -> std::io::Result<Vec<Loaded>> {
 
 /// [`loaded_in`] from the text of `/proc/<pid>/maps` already read.
 pub fn loaded_from(pid: u32, maps: &str) -> Vec<Loaded> {
-    use object::{Object, ObjectSegment};
     let mut out: Vec<Loaded> = Vec::new();
     let mut files: HashMap<PathBuf, Option<Vec<ExecSegment>>> = HashMap::new();
     for line in maps.lines() {
@@ -286,13 +324,12 @@ pub fn loaded_from(pid: u32, maps: &str) -> Vec<Loaded> {
         let path = PathBuf::from(path);
         // (p_offset, p_filesz, p_vaddr) of each executable PT_LOAD, read once per file.
         let segs = files.entry(path.clone()).or_insert_with(|| {
-            let data = crate::mapped::Mapped::open(&file_of(pid, &path)).ok()?;
-            let file = object::File::parse(data.bytes()).ok()?;
-            let exec = |s: &object::Segment| match s.flags() {
-                object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_X != 0,
-                _ => false,
-            };
-            Some(file.segments().filter(exec).map(|s| (s.file_range().0, s.file_range().1, s.address())).collect())
+            let head = read_head(&file_of(pid, &path)).ok()?;
+            exec_segments(&head).or_else(|| {
+                // Program headers past the first page: rare, map the file.
+                let data = crate::mapped::Mapped::open(&file_of(pid, &path)).ok()?;
+                exec_segments(data.bytes())
+            })
         });
         let Some(segs) = segs else { continue };
         // The mapping starts at the segment's offset rounded down to a page.
