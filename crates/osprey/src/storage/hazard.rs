@@ -23,6 +23,7 @@
 //! the collector reads may be the *next* put's hazard rather than the clear,
 //! and it must still happen-after the previous put's writes.
 
+use super::mem::{Zeroable, ZeroedBuf};
 use super::sync::{fence, spin_wait, AtomicUsize, Ordering::*};
 
 /// Attempts before a put gives up (the active table kept changing under it).
@@ -33,25 +34,35 @@ pub(crate) const MAX_PROTECT_TRIES: usize = 8;
 pub(crate) struct HazardSlot(AtomicUsize);
 
 pub(crate) struct Hazards {
-    slots: Box<[HazardSlot]>,
+    /// One cache line per possible thread record; zero (no hazard) until a
+    /// put uses it, so the slots of threads that never ran cost no memory.
+    slots: ZeroedBuf<HazardSlot>,
+}
+
+// SAFETY: a zero AtomicUsize is 0, the "no hazard" value.
+unsafe impl Zeroable for HazardSlot {
+    #[cfg(loom)]
+    fn zero() -> Self {
+        HazardSlot(AtomicUsize::new(0))
+    }
 }
 
 impl Hazards {
-    /// Not signal-safe (allocates once, up front).
-    pub(crate) fn new(threads: usize) -> Self {
-        Hazards { slots: (0..threads).map(|_| HazardSlot(AtomicUsize::new(0))).collect() }
+    /// Not signal-safe (maps memory once, up front).
+    pub(crate) fn new(threads: usize) -> std::io::Result<Self> {
+        Ok(Hazards { slots: ZeroedBuf::new(threads)? })
     }
 
     /// Signal-safe. `None` when `thread_slot` is out of range.
     #[inline(always)]
     pub(crate) fn slot(&self, thread_slot: usize) -> Option<&HazardSlot> {
-        self.slots.get(thread_slot)
+        self.slots.as_slice().get(thread_slot)
     }
 
     /// Collector: spins until no slot protects table `index` (invariant H).
     /// Must follow the swap of `active` and a `fence(SeqCst)`.
     pub(crate) fn wait_until_clear(&self, index: usize) {
-        for s in self.slots.iter() {
+        for s in self.slots.as_slice() {
             let mut round = 0;
             while s.0.load(Acquire) == index.wrapping_add(1) {
                 spin_wait(round);

@@ -146,7 +146,8 @@ impl Geometry {
         let per_table = budget / 3;
         let want = (per_table / 5 / ENTRY_BYTES).clamp(2, 1 << 31);
         let table_entries = 1usize << (usize::BITS - 1 - want.leading_zeros());
-        let arena_words = per_table.saturating_sub(table_entries * ENTRY_BYTES) / 8;
+        let slots = table_entries * ENTRY_BYTES + table::used_bytes(table_entries);
+        let arena_words = per_table.saturating_sub(slots) / 8;
         Geometry { table_entries, arena_words }
     }
 }
@@ -161,11 +162,11 @@ impl CallTraceStorage {
     pub fn with_geometry(g: Geometry, max_threads: usize) -> io::Result<Self> {
         let t = || table::Table::new(g.table_entries, g.arena_words);
         let tables = [t()?, t()?, t()?];
-        tables[0].clear(1);
+        tables[0].begin_epoch(1);
         Ok(CallTraceStorage {
             tables,
             active: AtomicUsize::new(0),
-            hazards: hazard::Hazards::new(max_threads),
+            hazards: hazard::Hazards::new(max_threads)?,
             drops: Drops::new(),
             collector: Mutex::new(rotation::CollectorState::new()),
         })

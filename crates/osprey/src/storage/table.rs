@@ -80,8 +80,34 @@ fn unpack(meta: u64) -> Option<(usize, usize, bool)> {
     Some((start as usize, ((meta as u32) >> 1) as usize, meta & 1 != 0))
 }
 
+/// Slots per bit of [`Table::used`]: one page of entries, so that the
+/// collector's sweeps never touch (and so commit) a page no handler wrote.
+const GROUP: usize = 4096 / ENTRY_BYTES;
+
+/// 64 groups' bits of [`Table::used`].
+#[repr(C)]
+pub(crate) struct UsedWord(AtomicU64);
+
+// SAFETY: one atomic, zero = no group used.
+unsafe impl Zeroable for UsedWord {
+    #[cfg(loom)]
+    fn zero() -> Self {
+        UsedWord(AtomicU64::new(0))
+    }
+}
+
+/// Bytes of the [`Table::used`] bitmap of a table of `entries` slots.
+pub(crate) fn used_bytes(entries: usize) -> usize {
+    entries.div_ceil(GROUP).div_ceil(64) * core::mem::size_of::<UsedWord>()
+}
+
 pub(crate) struct Table {
     entries: ZeroedBuf<Entry>,
+    /// Bit `g` set: some slot of group `g` (slots `g * GROUP ..`) may have
+    /// been claimed since the last [`Table::clear`]. Set by the claimer
+    /// before its hazard is released, so a quiescent table's claimed slots
+    /// all lie in set groups.
+    used: ZeroedBuf<UsedWord>,
     /// `entries.len() - 1`; the length is a power of two >= 2.
     mask: usize,
     /// log2(entries.len()).
@@ -101,6 +127,7 @@ impl Table {
         let n = prev_pow2(entries.clamp(2, 1 << 31));
         Ok(Table {
             entries: ZeroedBuf::new(n)?,
+            used: ZeroedBuf::new(used_bytes(n) / core::mem::size_of::<UsedWord>())?,
             mask: n - 1,
             bits: n.trailing_zeros(),
             arena: Arena::new(arena_words)?,
@@ -115,7 +142,7 @@ impl Table {
     }
 
     pub(crate) fn bytes(&self) -> usize {
-        self.entries.bytes() + self.arena.bytes()
+        self.entries.bytes() + self.used.bytes() + self.arena.bytes()
     }
 
     pub(crate) fn arena_used_words(&self) -> usize {
@@ -155,6 +182,7 @@ impl Table {
             if h == 0 {
                 match e.hash.compare_exchange(0, hash, AcqRel, Acquire) {
                     Ok(_) => {
+                        self.mark_used(i);
                         let id = (self.epoch.load(Relaxed) << 32) | i as u64;
                         return self.publish(e, id, frames, truncated, count, value);
                     }
@@ -174,6 +202,31 @@ impl Table {
             i = (i + 1) & self.mask;
         }
         Err(DropReason::TableFull)
+    }
+
+    /// Signal-safe. Records that slot `i`'s group holds a claimed slot; the
+    /// plain load first keeps the shared word's cache line clean once set.
+    #[inline(always)]
+    fn mark_used(&self, i: usize) {
+        let g = (i & self.mask) / GROUP;
+        if let Some(w) = self.used.as_slice().get(g / 64) {
+            let bit = 1u64 << (g % 64);
+            if w.0.load(Relaxed) & bit == 0 {
+                w.0.fetch_or(bit, Relaxed);
+            }
+        }
+    }
+
+    /// The slots of every used group (quiescent table only, T4).
+    fn used_entries(&self) -> impl Iterator<Item = &Entry> {
+        let entries = self.entries.as_slice();
+        self.used.as_slice().iter().enumerate().flat_map(move |(w, word)| {
+            let bits = word.0.load(Relaxed);
+            (0..64).filter(move |b| bits & (1 << b) != 0).flat_map(move |b| {
+                let from = ((w * 64 + b) * GROUP).min(entries.len());
+                entries[from..(from + GROUP).min(entries.len())].iter()
+            })
+        })
     }
 
     /// Fills a freshly claimed entry and publishes it.
@@ -209,6 +262,7 @@ impl Table {
         for _ in 0..MAX_PROBES.min(self.capacity()) {
             let e = self.entry(i);
             if e.hash.compare_exchange(0, hash, AcqRel, Acquire).is_ok() {
+                self.mark_used(i);
                 return self.publish(e, id, frames, truncated, 0, 0).is_ok();
             }
             i = (i + 1) & self.mask;
@@ -218,7 +272,7 @@ impl Table {
 
     /// Collector, quiescent table (T4): appends every published entry.
     pub(crate) fn collect(&self, out: &mut Vec<CollectedTrace>) {
-        for e in self.entries.as_slice() {
+        for e in self.used_entries() {
             if e.hash.load(Acquire) == 0 {
                 continue;
             }
@@ -235,17 +289,28 @@ impl Table {
         }
     }
 
+    /// A table just made (all zero, so empty) gets `epoch`, without the
+    /// sweep of [`Table::clear`], which would fault in every page.
+    pub(crate) fn begin_epoch(&self, epoch: u64) {
+        self.epoch.store(epoch, Relaxed);
+    }
+
     /// Collector, quiescent table (T4): empties the table and gives it `epoch`.
-    /// Only written slots are touched, so untouched pages stay uncommitted.
+    /// Only the used groups are swept, so untouched pages stay uncommitted.
     pub(crate) fn clear(&self, epoch: u64) {
         #[cfg(loom)]
         assert_eq!(self.writers.load(Relaxed), 0, "T4 violated: table cleared while a put is in it");
-        for e in self.entries.as_slice() {
+        for e in self.used_entries() {
             if e.hash.load(Relaxed) != 0 {
                 e.meta.store(0, Relaxed);
                 e.count.store(0, Relaxed);
                 e.value.store(0, Relaxed);
                 e.hash.store(0, Relaxed);
+            }
+        }
+        for w in self.used.as_slice() {
+            if w.0.load(Relaxed) != 0 {
+                w.0.store(0, Relaxed);
             }
         }
         self.arena.reset();
