@@ -23,14 +23,22 @@ use super::{Frame, LabelValue, ProfileData};
 use std::collections::HashMap;
 
 /// Encodes `data`; `symbolize` gets every distinct `(addr, return_address)`
-/// once and returns one [`Resolved`] per input, in order.
-pub fn encode(data: &ProfileData, maps: &ProcMaps, symbolize: impl FnOnce(&[(u64, bool)]) -> Vec<Resolved>) -> Profile {
+/// once and returns one [`Resolved`] per input, in order. The samples
+/// `late` returns, called once `symbolize` is done, are encoded with
+/// `data`'s (their native frames, if any, are not symbolized).
+pub fn encode(
+    data: &ProfileData,
+    maps: &ProcMaps,
+    symbolize: impl FnOnce(&[(u64, bool)]) -> Vec<Resolved>,
+    late: impl FnOnce() -> Vec<super::Sample>,
+) -> Profile {
     let natives = distinct_natives(data);
     let resolved: HashMap<(u64, bool), Resolved> = natives.iter().copied().zip(symbolize(&natives)).collect();
+    let extra = late();
     let mut enc = Encoder { resolved, ..Encoder::new(maps) };
     enc.add_mappings(data.pid, &natives);
     let sample_type = data.sample_types.iter().map(|(t, u)| enc.value_type(t, u)).collect();
-    let sample = enc.samples(data);
+    let sample = enc.samples(data, &extra);
     let (t, u, period) = &data.period;
     let period_type = Some(enc.value_type(t, u));
     let comment = data.comments.iter().map(|c| enc.strings.intern(c)).collect();
@@ -255,12 +263,12 @@ impl<'a> Encoder<'a> {
         id
     }
 
-    fn samples(&mut self, data: &ProfileData) -> Vec<Sample> {
+    fn samples(&mut self, data: &ProfileData, extra: &[super::Sample]) -> Vec<Sample> {
         let width = data.sample_types.len();
         let mut out: Vec<Sample> = Vec::new();
         let mut index: HashMap<(Vec<u64>, Vec<super::Label>), usize> = HashMap::new();
         let process = process_labels(data.pid);
-        for s in &data.samples {
+        for s in data.samples.iter().chain(extra) {
             let mut ids: Vec<u64> = Vec::with_capacity(s.frames.len());
             for f in &s.frames {
                 if !self.is_own(f) {

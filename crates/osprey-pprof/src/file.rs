@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
+/// Numbers the temporary files of one process.
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// File name for a profile of `pid` written at `unix_secs`, with sequence `seq`.
 pub fn file_name(pid: i32, unix_secs: i64, seq: u64) -> String {
@@ -44,13 +46,44 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 
 /// Gzips `bytes` into a new profile file of `pid` in `dir` (created if missing).
 pub fn publish(dir: &Path, pid: i32, bytes: &[u8]) -> io::Result<PathBuf> {
-    fs::create_dir_all(dir)?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    let name = file_name(pid, now, SEQ.fetch_add(1, Ordering::Relaxed));
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let result = write_gzip(&tmp, bytes).and_then(|()| link_unique(&tmp, dir, pid, now, name));
-    let _ = fs::remove_file(&tmp);
-    result
+    Pending::create(dir)?.publish(pid, bytes)
+}
+
+/// A profile file being written: its hidden temporary file is created (and
+/// the compressor set up) before the profile is encoded, so that a profiler
+/// measuring its own CPU late counts that part of the cost too.
+pub struct Pending {
+    dir: PathBuf,
+    tmp: PathBuf,
+    gz: Option<GzEncoder<fs::File>>,
+}
+
+impl Pending {
+    /// Creates `dir` if missing and a hidden temporary file in it.
+    pub fn create(dir: &Path) -> io::Result<Pending> {
+        fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".osprey-{}-{}.tmp", std::process::id(), TMP_SEQ.fetch_add(1, Ordering::Relaxed)));
+        let gz = GzEncoder::new(fs::File::create(&tmp)?, Compression::default());
+        Ok(Pending { dir: dir.to_path_buf(), tmp, gz: Some(gz) })
+    }
+
+    /// Writes `bytes` gzipped, syncs, and links the file under the name of a
+    /// profile of `pid` written now.
+    pub fn publish(mut self, pid: i32, bytes: &[u8]) -> io::Result<PathBuf> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let name = file_name(pid, now, SEQ.fetch_add(1, Ordering::Relaxed));
+        let Some(mut gz) = self.gz.take() else { return Err(io::Error::other("profile file already published")) };
+        gz.write_all(bytes)?;
+        gz.finish()?.sync_all()?;
+        link_unique(&self.tmp, &self.dir, pid, now, name)
+    }
+}
+
+impl Drop for Pending {
+    /// The temporary name goes, published or not.
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.tmp);
+    }
 }
 
 /// Publishes `tmp` under `name`, or under the next free sequence number:
@@ -69,12 +102,6 @@ fn link_unique(tmp: &Path, dir: &Path, pid: i32, now: i64, mut name: String) -> 
     }
 }
 
-fn write_gzip(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut gz = GzEncoder::new(fs::File::create(path)?, Compression::default());
-    gz.write_all(bytes)?;
-    gz.finish()?.sync_all()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +112,37 @@ mod tests {
         assert_eq!(utc_stamp(951_782_400), "20000229T000000Z");
         assert_eq!(utc_stamp(1_700_000_000), "20231114T221320Z");
         assert_eq!(file_name(42, 1_700_000_000, 3), "osprey-42-20231114T221320Z-3.pb.gz");
+    }
+
+    /// Files appear complete, under distinct names, with nothing else left
+    /// in the directory (no temporary name), and are readable by others.
+    #[test]
+    fn publishes_whole_files_only() {
+        use std::io::Read;
+        let dir = std::env::temp_dir().join(format!("osprey-publish-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let a = publish(&dir, 7, b"first").unwrap();
+        let b = publish(&dir, 7, b"second").unwrap();
+        assert_ne!(a, b);
+        let mut names: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+        names.sort();
+        let mut want = vec![a.clone(), b];
+        want.sort();
+        assert_eq!(names, want);
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(fs::File::open(&a).unwrap()).read_to_string(&mut text).unwrap();
+        assert_eq!(text, "first");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(fs::metadata(&a).unwrap().permissions().mode() & 0o004, 0o004 & !umask_now());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn umask_now() -> u32 {
+        // SAFETY: umask only swaps the process's mask; it is put back at once.
+        unsafe {
+            let m = libc::umask(0o022);
+            libc::umask(m);
+            m as u32
+        }
     }
 }

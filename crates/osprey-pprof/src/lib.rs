@@ -141,14 +141,31 @@ pub struct ProfileData {
 /// or not at all. If `/proc/<pid>/maps` is unreadable (process gone), native
 /// frames are written unsymbolized and without mappings.
 pub fn write_profile(dir: &std::path::Path, data: &ProfileData) -> std::io::Result<std::path::PathBuf> {
-    let profile = to_pprof(data);
-    file::publish(dir, data.pid, &prost::Message::encode_to_vec(&profile))
+    write_profile_late(dir, data, Vec::new)
+}
+
+/// As [`write_profile`], with the samples of `late` (see [`to_pprof_late`]).
+pub fn write_profile_late(
+    dir: &std::path::Path,
+    data: &ProfileData,
+    late: impl FnOnce() -> Vec<Sample>,
+) -> std::io::Result<std::path::PathBuf> {
+    let pending = file::Pending::create(dir)?;
+    let profile = to_pprof_late(data, late);
+    pending.publish(data.pid, &prost::Message::encode_to_vec(&profile))
 }
 
 /// Symbolizes and encodes `data` (what [`write_profile`] writes, before gzip).
 pub fn to_pprof(data: &ProfileData) -> pprof::Profile {
+    to_pprof_late(data, Vec::new)
+}
+
+/// As [`to_pprof`], adding the samples `late` returns once symbolization,
+/// the costly step, is done: a profiler's own CPU time measured as late as
+/// possible. Their frames should be synthetic or interpreted.
+pub fn to_pprof_late(data: &ProfileData, late: impl FnOnce() -> Vec<Sample>) -> pprof::Profile {
     match maps::ProcMaps::read(data.pid) {
-        Ok(maps) => encode::encode(data, &maps, |addrs| symbolize::symbolize(data.pid, addrs, data.lines)),
-        Err(_) => encode::encode(data, &maps::ProcMaps::default(), |addrs| vec![Default::default(); addrs.len()]),
+        Ok(maps) => encode::encode(data, &maps, |addrs| symbolize::symbolize(data.pid, addrs, data.lines), late),
+        Err(_) => encode::encode(data, &maps::ProcMaps::default(), |addrs| vec![Default::default(); addrs.len()], late),
     }
 }

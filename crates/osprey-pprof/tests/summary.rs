@@ -25,7 +25,7 @@ fn data() -> ProfileData {
 }
 
 fn profile() -> Profile {
-    encode(&data(), &ProcMaps::default(), |a| vec![Default::default(); a.len()])
+    encode(&data(), &ProcMaps::default(), |a| vec![Default::default(); a.len()], Vec::new)
 }
 
 fn stat(name: &str, flat: i64, cum: i64) -> FunctionStat {
@@ -64,4 +64,33 @@ fn top_table_and_values() {
     assert_eq!(rows.len(), 2, "{table}");
     let cols: Vec<&str> = rows[0].split_whitespace().collect();
     assert_eq!(cols, ["60.00ms", "60.00%", "70.00ms", "70.00%", "b"]);
+}
+
+/// Samples measured after symbolization are encoded with the others, and
+/// `late` runs after `symbolize` (the order the agent's own CPU relies on).
+#[test]
+fn late_samples_come_after_symbolization() {
+    let mut data = data();
+    data.samples.push(Sample {
+        frames: vec![Frame::Native { addr: 0x1234, return_address: false }],
+        values: vec![1, 10 * MS],
+        labels: vec![],
+    });
+    let order = std::cell::RefCell::new(Vec::new());
+    let p = encode(
+        &data,
+        &ProcMaps::default(),
+        |a| {
+            order.borrow_mut().push("symbolize");
+            vec![Default::default(); a.len()]
+        },
+        || {
+            order.borrow_mut().push("late");
+            vec![Sample { frames: vec![Frame::Synthetic("[late]".into())], values: vec![0, 5 * MS], labels: vec![] }]
+        },
+    );
+    assert_eq!(*order.borrow(), ["symbolize", "late"]);
+    let s = summarize(&[p], None).unwrap();
+    assert_eq!(s.total, 115 * MS);
+    assert!(s.functions.contains(&stat("[late]", 5 * MS, 5 * MS)), "{:?}", s.functions);
 }

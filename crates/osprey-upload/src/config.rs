@@ -432,7 +432,9 @@ impl UploadConfig {
         }
 
         let any_backend = c.datadog.is_some() || c.pyroscope.is_some() || c.otlp.is_some();
-        if let Some(f) = get("SSL_CERT_FILE") {
+        // Checked only when something will be sent: the variable is often set
+        // machine-wide, and every profiled process would read the bundle.
+        if let Some(f) = get("SSL_CERT_FILE").filter(|_| any_backend) {
             crate::http::certificates(std::path::Path::new(&f))
                 .map_err(|e| ConfigError(format!("SSL_CERT_FILE: {e}")))?;
             c.ca_file = Some(PathBuf::from(f));

@@ -46,9 +46,16 @@ impl Delivery {
     /// directory if there is one (returning the file), and queues it for
     /// the backends (never blocking). `runtime-id=...` and the upload
     /// losses since the last flush are added to its comments unless a
-    /// `runtime-id=` comment is there already.
-    pub fn flush(&self, data: &ProfileData) -> std::io::Result<Option<PathBuf>> {
-        let mut profile = osprey_pprof::to_pprof(data);
+    /// `runtime-id=` comment is there already. `late`: samples measured once
+    /// symbolization is done (see `osprey_pprof::to_pprof_late`).
+    pub fn flush(
+        &self,
+        data: &ProfileData,
+        late: impl FnOnce() -> Vec<osprey_pprof::Sample>,
+    ) -> std::io::Result<Option<PathBuf>> {
+        // The file is created first: its cost falls before `late` measures.
+        let pending = self.cfg.out.as_deref().map(osprey_pprof::file::Pending::create).transpose()?;
+        let mut profile = osprey_pprof::to_pprof_late(data, late);
         let mut comments = Vec::new();
         if !data.comments.iter().any(|c| c.starts_with("runtime-id=")) {
             comments.push(format!("runtime-id={}", self.runtime_id));
@@ -58,10 +65,7 @@ impl Delivery {
         }
         crate::add_comments(&mut profile, &comments);
         let bytes = prost::Message::encode_to_vec(&profile);
-        let written = match &self.cfg.out {
-            Some(dir) => Some(osprey_pprof::file::publish(dir, data.pid, &bytes)?),
-            None => None,
-        };
+        let written = pending.map(|p| p.publish(data.pid, &bytes)).transpose()?;
         if let Some(u) = &self.uploader {
             u.submit(bytes, data.start_realtime_ns, data.start_realtime_ns + data.duration_ns);
         }
