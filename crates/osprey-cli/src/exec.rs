@@ -144,7 +144,7 @@ pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failu
     let stop = stop_on_ctrl_c();
     let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
     let mut delivery = osprey_upload::Delivery::new(up.clone(), meta, cfg.period);
-    let result = osprey_python::attach_with_sink(pid, &opts, stop, &mut |data| delivery.flush(data));
+    let result = osprey_python::attach_with_sink(pid, &opts, stop, &mut |data| delivery.flush(data, Vec::new));
     report_uploads(delivery.finish().iter(), s.quiet);
     let summary = result.map_err(|e| Failure::from(e.to_string()))?;
     if !s.quiet {

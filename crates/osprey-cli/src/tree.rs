@@ -164,7 +164,7 @@ impl Tree {
             // runtime id; at the end the uploader gets at most `exit_wait`.
             let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
             let mut delivery = osprey_upload::Delivery::new(up, meta, opts.period);
-            let result = osprey_python::attach_with_sink(pid, &opts, &flag, &mut |data| delivery.flush(data));
+            let result = osprey_python::attach_with_sink(pid, &opts, &flag, &mut |data| delivery.flush(data, Vec::new));
             let uploads = delivery.finish();
             (result, uploads)
         });

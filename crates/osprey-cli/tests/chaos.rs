@@ -107,20 +107,19 @@ struct Run {
     cpu_ns: i64,
 }
 
-fn run(cmd: &mut Command) -> Run {
-    run_watched(cmd).0
-}
-
-/// Runs `cmd`, and returns with its result the CPU its own process used
-/// (read from `/proc` every 20 ms while it runs: its last few milliseconds
-/// are missed).
-fn run_watched(cmd: &mut Command) -> (Run, i64) {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let stat = format!("/proc/{}/stat", child.id());
+/// Runs `cmd`; returns its result, the CPU of the whole process tree it
+/// started (see [`TreeClock`]) in `cpu_ns`, and the CPU its own process
+/// used (read from `/proc` every 20 ms while it runs: its last few
+/// milliseconds are missed).
+fn run(cmd: &mut Command) -> (Run, i64) {
+    // The watcher starts before the tree clock, which would count it.
+    let (tx, rx) = std::sync::mpsc::channel::<u32>();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watcher = {
         let done = done.clone();
         std::thread::spawn(move || {
+            let Ok(pid) = rx.recv() else { return 0 };
+            let stat = format!("/proc/{pid}/stat");
             let tick = 1_000_000_000 / unsafe_clock_ticks();
             let mut last = 0;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
@@ -136,29 +135,59 @@ fn run_watched(cmd: &mut Command) -> (Run, i64) {
             last
         })
     };
+    let clock = TreeClock::start();
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    tx.send(child.id()).unwrap();
     let out = child.wait_with_output().unwrap();
+    let cpu_ns = clock.ns();
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let own = watcher.join().unwrap();
     let run = Run {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        cpu_ns: 0,
+        cpu_ns,
     };
     (run, own)
+}
+
+/// CPU time of the calling thread and of every thread and process it starts
+/// from now on, whatever their lifetimes: a perf `task-clock` counter with
+/// `inherit` (the counts of exited children are added to it), as
+/// `perf stat` measures. `getrusage(RUSAGE_CHILDREN)` is no truth here: on a
+/// tick-accounting kernel it misses most of the CPU of processes shorter
+/// than a tick (measured: 4.8 s against 16.3 s for a fork-heavy run).
+struct TreeClock(std::os::fd::OwnedFd);
+
+impl TreeClock {
+    fn start() -> TreeClock {
+        // perf_event_attr, PERF_ATTR_SIZE_VER0 (64 bytes): type SOFTWARE (1),
+        // config TASK_CLOCK (1), flags: inherit (bit 1).
+        let mut attr = [0u64; 8];
+        attr[0] = 1 | (64 << 32);
+        attr[1] = 1;
+        attr[5] = 1 << 1;
+        // SAFETY: a valid perf_event_attr of the size it states; pid 0 = this thread, any CPU.
+        let fd = unsafe {
+            libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 8 /* PERF_FLAG_FD_CLOEXEC */)
+        };
+        assert!(fd >= 0, "perf_event_open(task-clock): {}", std::io::Error::last_os_error());
+        // SAFETY: a descriptor just opened, owned by nobody else.
+        TreeClock(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) })
+    }
+
+    fn ns(&self) -> i64 {
+        let mut v = 0u64;
+        // SAFETY: an 8-byte read into a u64 from our own counter.
+        let n = unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(&self.0), (&mut v as *mut u64).cast(), 8) };
+        assert_eq!(n, 8, "read task-clock");
+        v as i64
+    }
 }
 
 fn unsafe_clock_ticks() -> i64 {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1)
-}
-
-fn children_cpu_ns() -> i64 {
-    // SAFETY: an all-zero rusage is a valid value to be overwritten; valid out pointer.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1_000_000_000 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1_000
 }
 
 /// The CPU total of every profile in `dir`, and the part under `frame`.
@@ -197,20 +226,14 @@ fn everything_at_once_at_one_khz() {
     assert!(st.success());
     let secs = if std::env::var_os("CI").is_some_and(|v| v == "true") { "8" } else { "60" };
 
-    let before = children_cpu_ns();
-    let mut plain = run(Command::new(&exe).arg(secs));
-    plain.cpu_ns = children_cpu_ns() - before;
-    let before = children_cpu_ns();
+    let (plain, _) = run(Command::new(&exe).arg(secs));
     let out = dir.join("profiles");
-    let (mut profiled, parent_ns) = run_watched(
-        Command::new(osprey())
-            .args(["exec", "--hz", "1000", "--children", "--quiet", "--out"])
-            .arg(&out)
-            .arg("--")
-            .arg(&exe)
-            .arg(secs),
-    );
-    profiled.cpu_ns = children_cpu_ns() - before;
+    let (profiled, parent_ns) = run(Command::new(osprey())
+        .args(["exec", "--hz", "1000", "--children", "--quiet", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .arg(secs));
 
     assert_eq!(plain.code, Some(7), "without osprey: {} {}", plain.stdout, plain.stderr);
     assert_eq!(profiled.code, Some(7), "exit status changed: {} / {}", profiled.stdout, profiled.stderr);
@@ -232,8 +255,9 @@ fn everything_at_once_at_one_khz() {
     );
     let ratio = prof as f64 / tree as f64;
     eprintln!("profiles / tree: {ratio:.3}");
-    // Target: within 10%; measured 0.83-0.88 with the debug agent on 2
-    // shared cores (see the README for what the rest is). The bound
-    // catches a profile that loses a process kind or a thread kind.
-    assert!((0.75..=1.1).contains(&ratio), "profile CPU {prof} ns vs process tree {tree} ns");
+    // Within 10%: measured 0.956 with the debug agent on 2 shared cores,
+    // 0.96 with the release one. The rest is what no profile can hold: the
+    // kernel's exec and the dynamic loader before the agent starts in each
+    // new image, and each process's exit after its last profile.
+    assert!((0.9..=1.1).contains(&ratio), "profile CPU {prof} ns vs process tree {tree} ns");
 }

@@ -329,6 +329,7 @@ const CLOSER_C: &str = r#"
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -336,8 +337,10 @@ const CLOSER_C: &str = r#"
 static double cpu(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec / 1e9; }
 static volatile unsigned long sink;
 static volatile int phase;
-static void *busy(void *arg) { while (phase < 1) sink++; double end = cpu() + 0.2; while (cpu() < end) sink++; return 0; }
+static double secs = 0.2;
+static void *busy(void *arg) { while (phase < 1) sink++; double end = cpu() + secs; while (cpu() < end) sink++; return 0; }
 int main(int argc, char **argv) {
+    if (argc > 2) secs = atof(argv[2]);
     pthread_t t[4];
     for (int i = 0; i < 4; i++) pthread_create(&t[i], 0, busy, 0);
     struct timespec ts = {0, 100000000}; nanosleep(&ts, 0);
@@ -376,12 +379,21 @@ fn descriptors_taken_over_by_the_program_are_left_alone() {
     let files = dir.join("files");
     std::fs::create_dir_all(&files).unwrap();
     for hz in [100, 1000] {
-        let r = run(Some(hz), &dir, &exe, &[files.to_str().unwrap()]);
+        // Busy long enough (1 s per thread) for the agent to find the clocks gone.
+        let r = run(Some(hz), &dir, &exe, &[files.to_str().unwrap(), "1"]);
         assert_eq!(r.code, Some(0), "at {hz} Hz: {} {}", r.stdout, r.stderr);
         assert_eq!(r.stdout.trim(), "ok");
         for i in 0..64 {
             assert_eq!(std::fs::read_to_string(files.join(format!("f{i}"))).unwrap(), format!("file {i}\n"));
         }
+        // The CPU used while the threads had no working clock (from the
+        // close to the switch to timers) is in the profile once, on their
+        // stacks: not twice, not under a made-up frame.
+        let (total, unregistered) = cpu_under(&r.profiles, "[osprey] dropped: thread not registered");
+        let ratio = total as f64 / r.cpu_ns as f64;
+        eprintln!("at {hz} Hz: process CPU {} ms, profile {} ms", r.cpu_ns / 1_000_000, total / 1_000_000);
+        assert!((0.85..=1.1).contains(&ratio), "at {hz} Hz: profile CPU {total} ns vs process {} ns", r.cpu_ns);
+        assert!(unregistered * 20 < total, "at {hz} Hz: {unregistered} of {total} ns without a record");
     }
 }
 

@@ -19,7 +19,7 @@
 //!   cost does not grow with idle threads; the interval comes back down at
 //!   the first change.
 
-use crate::cpu_clock::{self, thread_cpu_ns};
+use crate::cpu_clock::{self, thread_cpu_ns, Armed};
 use crate::record::{Record, RecordState};
 use crate::registry::Registry;
 use crate::signal::{sys, STATE};
@@ -240,6 +240,9 @@ impl Discovery {
             }
             let Some(cpu) = thread_cpu_ns(tid) else { continue };
             let Some((_, rec)) = reg.lookup(tid) else {
+                if reg.retired_recently(tid) {
+                    continue; // on its way out: its exit path charged its CPU
+                }
                 let first = if self.checked_once { 0 } else { cpu };
                 let before = self.unregistered.get(&tid).copied().unwrap_or(first);
                 *self.unsampled.entry(Unsampled::Unregistered).or_default() += cpu.saturating_sub(before);
@@ -265,9 +268,12 @@ impl Discovery {
                     cpu_clock::disarm(rec);
                     rec.blocked.store(1, Relaxed);
                     *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += cpu.saturating_sub(cpu0);
-                } else if rec.clock.load(Relaxed) != 0 {
+                } else if matches!(Armed::decode(rec.clock.load(Relaxed)), Some(Armed::Perf { .. })) {
                     // A clock that stopped working: its descriptor was closed by the program.
-                    *self.unsampled.entry(Unsampled::Unregistered).or_default() += cpu.saturating_sub(cpu0);
+                    // (A timer cannot be taken away; one checked at the tick may
+                    // lag, and catches up with its overrun count.) The CPU it
+                    // missed goes with its next sample (or its exit remainder).
+                    rec.owed_ns.fetch_add(cpu.saturating_sub(cpu0), Relaxed);
                     let _ = cpu_clock::revive(rec);
                 }
             }

@@ -40,13 +40,21 @@ pub fn prepare() -> ExecPrep {
     if !profiler::owns_process() || !STATE.enabled.load(Acquire) {
         return ExecPrep::Nothing;
     }
+    // Registered before signals are blocked here: registration takes a
+    // blocked sampling signal for the thread's own choice (a thread that is
+    // then never sampled, nor charged its remainder below).
+    let registered = threads::register_current();
     let blocked = SignalBlock::all();
     // Paused, not closed: a record without a clock would be re-armed by discovery.
-    let stopped = match threads::register_current() {
+    let stopped = match registered {
         Some((_, rec)) if cpu_clock::set_running(rec, false) => ExecPrep::ClockStopped,
         _ => ExecPrep::Nothing,
     };
-    drain_pending();
+    blocked.discard_pending();
+    // What the thread used since its last sample is this image's: charged
+    // here, as at exit (the new image counts from its own start). After the
+    // clock stopped and its pending sample went: nothing is charged twice.
+    threads::charge_current_remainder();
     drop(blocked);
     // The image is about to be replaced: write what it sampled so far
     // (bounded, like the termination paths), or it would be lost.
@@ -64,28 +72,5 @@ pub fn exec_failed(prep: ExecPrep) {
     let _blocked = SignalBlock::all();
     if let Some((_, rec)) = Registry::get().and_then(|r| r.lookup(sys::gettid())) {
         cpu_clock::set_running(rec, true);
-    }
-}
-
-/// Accepts (and discards) every instance of osprey's signals pending on the
-/// calling thread or the process; they must be blocked.
-fn drain_pending() {
-    let sigs = [STATE.sample_signal.load(Relaxed), STATE.prime_signal.load(Relaxed)];
-    // SAFETY: sigset manipulation on a stack value, and sigtimedwait with a
-    // zero timeout on signals the caller blocked: it returns at once.
-    unsafe {
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in sigs.into_iter().filter(|&s| s > 0) {
-            libc::sigaddset(&mut set, s);
-        }
-        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // Real-time signals queue: one call takes one instance. Bounded in
-        // case the kernel keeps one coming (it cannot: the clock is closed).
-        for _ in 0..4096 {
-            if libc::sigtimedwait(&set, core::ptr::null_mut(), &zero) < 0 {
-                break;
-            }
-        }
     }
 }

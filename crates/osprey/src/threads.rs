@@ -59,7 +59,7 @@ pub fn register_current_with_start(routine: usize) -> Option<(usize, &'static Re
 /// disarms and retires the record.
 pub fn unregister_current() {
     let Some(reg) = Registry::get() else { return };
-    let _blocked = SignalBlock::all();
+    let blocked = SignalBlock::all();
     let me = sys::gettid();
     if let Some((slot, rec)) = reg.lookup(me) {
         cpu_clock::disarm(rec);
@@ -73,6 +73,9 @@ pub fn unregister_current() {
             rec.exit_name[1].store(word(8), Release);
         }
         reg.retire(me);
+        // A sample raised before the disarm would be dropped as unregistered
+        // after the unblock, and its CPU is in the remainder just charged.
+        blocked.discard_pending();
     }
 }
 
@@ -134,13 +137,21 @@ fn charge_remainder(reg: &Registry, slot: usize, rec: &Record, tid: i32) {
     // SAFETY: published before `enabled`, never freed (see `signal::STATE`).
     let Some(storage) = (unsafe { STATE.storage.load(Acquire).as_ref() }) else { return };
     let Some(cpu) = thread_cpu_ns(tid) else { return };
+    // What is owed (CPU without a working clock) is part of the rest.
+    rec.owed_ns.store(0, Relaxed);
     let rest = cpu.saturating_sub(rec.charged_ns.load(Relaxed));
     if rest == 0 {
         return;
     }
     // SAFETY: only this thread touches its frame buffer, and its handler cannot run (signals blocked).
     let frames = unsafe { &*rec.frames.get() };
-    let start = [rec.start_routine.load(Relaxed)];
+    // A main thread never sampled (a process shorter than a period) is
+    // charged to the program's entry point, `_start`, the root of its stacks.
+    let start = [match rec.start_routine.load(Relaxed) {
+        // SAFETY: getauxval reads the auxiliary vector saved at start.
+        0 if tid == sys::getpid() => unsafe { libc::getauxval(libc::AT_ENTRY) },
+        routine => routine,
+    }];
     let stack = match rec.last_depth.load(Relaxed) as usize {
         0 if start[0] != 0 => &start[..],
         0 => return,
@@ -244,6 +255,32 @@ impl SignalBlock {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
             SignalBlock(old)
+        }
+    }
+
+    /// Accepts (and discards) every instance of osprey's sampling and
+    /// priming signals pending on the calling thread or the process: signals
+    /// a clock raised before it was stopped, which would otherwise reach the
+    /// thread once the block ends (a thread whose record is retired, a new
+    /// program image).
+    pub fn discard_pending(&self) {
+        let sigs = [STATE.sample_signal.load(Relaxed), STATE.prime_signal.load(Relaxed)];
+        // SAFETY: sigset manipulation on a stack value, and sigtimedwait with a
+        // zero timeout on signals this block holds: it returns at once.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in sigs.into_iter().filter(|&s| s > 0) {
+                libc::sigaddset(&mut set, s);
+            }
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // Real-time signals queue: one call takes one instance. Bounded in
+            // case the kernel keeps one coming (it cannot: the clock is stopped).
+            for _ in 0..4096 {
+                if libc::sigtimedwait(&set, core::ptr::null_mut(), &zero) < 0 {
+                    break;
+                }
+            }
         }
     }
 

@@ -129,8 +129,6 @@ pub struct Aggregator {
     unregistered_seen: u64,
     /// CPU ns of threads that could not be sampled, since the last flush.
     unsampled: HashMap<Unsampled, u64>,
-    /// osprey's own CPU ns since the last flush.
-    own_ns: u64,
 }
 
 impl Default for Aggregator {
@@ -153,7 +151,6 @@ impl Aggregator {
             start_mono_ns: sys::monotonic_ns(),
             unregistered_seen: Registry::get().map_or(0, |r| r.dropped_unregistered.load(Relaxed)),
             unsampled: HashMap::new(),
-            own_ns: 0,
         }
     }
 
@@ -201,9 +198,9 @@ impl Aggregator {
         }
     }
 
-    /// Adds osprey's own CPU time.
-    pub fn add_own(&mut self, ns: u64) {
-        self.own_ns += ns;
+    /// osprey's own CPU time, `ns`, as the sample it is in a profile.
+    pub fn own_sample(&self, ns: u64) -> Sample {
+        Sample { frames: vec![Frame::Synthetic(FRAME_AGENT.into())], values: self.cpu_values(0, ns), labels: vec![] }
     }
 
     /// Adds CPU time discovery accounted for threads it could not sample.
@@ -406,14 +403,6 @@ impl Aggregator {
                 }
                 Unsampled::Blocked(_) => {}
             }
-        }
-        let own_ns = std::mem::take(&mut self.own_ns);
-        if own_ns > 0 {
-            samples.push(Sample {
-                frames: vec![Frame::Synthetic(FRAME_AGENT.into())],
-                values: self.cpu_values(0, own_ns),
-                labels: vec![],
-            });
         }
         if unregistered_ns > 0 {
             samples.push(Sample {

@@ -143,8 +143,7 @@ fn run(agent: &'static Agent) {
         }
         if flush_now || now >= next_flush {
             aggregator.add_unsampled(discovery.take_unsampled());
-            aggregator.add_own(own.take());
-            let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref());
+            let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref(), &mut own);
             let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
             g.flush_requested = false;
             g.last_file = file.clone();
@@ -164,8 +163,7 @@ fn run(agent: &'static Agent) {
     // Final flush: sampling is already off and no handler is in flight (see `profiler::stop`).
     discovery.check_now(reg);
     aggregator.add_unsampled(discovery.take_unsampled());
-    aggregator.add_own(own.take());
-    let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref());
+    let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref(), &mut own);
     if let Some(t) = tables {
         unwind_tables::park(t);
     }
@@ -194,26 +192,33 @@ fn drain_interval(cfg: &Config) -> std::time::Duration {
     cfg.drain_interval.min(half_ring).min(alloc).max(std::time::Duration::from_millis(1))
 }
 
+/// Writes the profile so far. osprey's own CPU is measured last, once the
+/// samples are symbolized (most of a profile's cost: a short process's only
+/// profile is mostly that), and is carried to the next profile when there
+/// is nothing to write: osprey's CPU alone is no profile of the program.
 fn write(
     agent: &Agent,
     aggregator: &mut Aggregator,
     reg: &Registry,
     storage: &CallTraceStorage,
     delivery: Option<&osprey_upload::Delivery>,
+    own: &mut own::OwnCpu,
 ) -> Option<PathBuf> {
     let mut comments = vec![format!("runtime-id={}", agent.runtime_id)];
     comments.push(format!("osprey {} hz={}", env!("CARGO_PKG_VERSION"), agent.cfg.hz));
     let mut data = aggregator.flush(reg, storage, agent.cfg.period_ns(), comments);
     data.lines = agent.cfg.lines;
-    // osprey's own CPU alone is no profile of the program (a process that
-    // ran less than a sampling period writes nothing).
-    let own_only = |s: &pprof::Sample| matches!(s.frames.as_slice(), [pprof::Frame::Synthetic(f)] if f == FRAME_AGENT);
-    if data.samples.iter().all(own_only) {
+    if data.samples.is_empty() {
         return None;
     }
+    let aggregator = &*aggregator;
+    let late = || match own.take() {
+        0 => vec![],
+        ns => vec![aggregator.own_sample(ns)],
+    };
     let written = match delivery {
-        Some(d) => d.flush(&data),
-        None => pprof::write_profile(&agent.cfg.out_dir, &data).map(Some),
+        Some(d) => d.flush(&data, late),
+        None => pprof::write_profile_late(&agent.cfg.out_dir, &data, late).map(Some),
     };
     match written {
         Ok(p) => p,

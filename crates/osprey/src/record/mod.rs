@@ -68,8 +68,6 @@ pub struct Record {
     pub tid: AtomicI32,
     /// [`RecordState`] as u32; see [`Record::state`].
     pub(crate) state: AtomicU32,
-    /// Free-list link (index + 1 of the next free record, 0 = end).
-    pub(crate) next_free: AtomicU32,
     /// [`Origin`] as u32 (0 when free).
     pub origin: AtomicU32,
     /// The CPU clock driving this thread's samples, as `cpu_clock::Armed`
@@ -77,6 +75,10 @@ pub struct Record {
     pub clock: AtomicU64,
     /// CPU nanoseconds the samples of this thread stood for so far.
     pub charged_ns: AtomicU64,
+    /// CPU nanoseconds the thread used while it had no working clock (the
+    /// program closed its descriptor), found by discovery: added to its
+    /// next sample, which swaps it to 0. Not part of `charged_ns` until then.
+    pub owed_ns: AtomicU64,
     /// 1 when the thread blocks the sampling signal: it has no clock and its
     /// CPU time is accounted from its clock reading instead.
     pub blocked: AtomicU32,

@@ -29,6 +29,14 @@ impl Registry {
         Some(unsafe { &*base.add(index % self.segment_len) })
     }
 
+    /// The free-list link of record `index`. Signal-safe.
+    #[inline(always)]
+    pub(super) fn link(&self, index: usize) -> Option<&AtomicU32> {
+        // SAFETY: `links` has MAX_SEGMENTS * segment_len entries, mapped for
+        // the life of the process.
+        (index < MAX_SEGMENTS * self.segment_len).then(|| unsafe { &*self.links.add(index) })
+    }
+
     #[inline(always)]
     pub(super) fn tid_slot(&self, tid: i32) -> Option<&AtomicU32> {
         let t = tid as usize;
@@ -132,8 +140,7 @@ impl Registry {
             if top == 0 {
                 return None;
             }
-            let rec = self.record((top - 1) as usize)?;
-            let next = rec.next_free.load(Relaxed);
+            let next = self.link((top - 1) as usize)?.load(Relaxed);
             let new = ((head >> 32).wrapping_add(1) << 32) | next as u64;
             match self.free_head.compare_exchange_weak(head, new, AcqRel, Acquire) {
                 Ok(_) => {

@@ -34,7 +34,7 @@ mod lookup;
 mod pool;
 
 use crate::record::Record;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
 
 /// Most segments the pool can grow to (each one holds `segment_len` records).
 pub const MAX_SEGMENTS: usize = 64;
@@ -55,6 +55,10 @@ pub struct Registry {
     dirty: *const AtomicU64,
     /// Words in `dirty` (covers `MAX_SEGMENTS * segment_len` records).
     dirty_words: usize,
+    /// Free-list links, one per possible record (index + 1 of the next free
+    /// record, 0 at the end). Apart from the records, so that filling the
+    /// free list of a new segment writes a few pages, not one per record.
+    links: *const AtomicU32,
     /// Bumped at every claim and retire: discovery skips its full scan while
     /// this and the thread count stay the same.
     pub changes: AtomicU64,
@@ -63,7 +67,15 @@ pub struct Registry {
     pub dropped_unregistered: AtomicU64,
     /// Claims that failed because the pool was exhausted.
     pub exhausted: AtomicU64,
+    /// The last [`RETIRED_RING`] tids retired (see [`Registry::retired_recently`]).
+    retired: [AtomicI32; RETIRED_RING],
+    /// Retires so far: the next slot of `retired` is this modulo its length.
+    retired_seq: AtomicUsize,
 }
+
+/// How many retired tids [`Registry::retired_recently`] remembers: more than
+/// threads can be between their retire and their end at one scan.
+pub const RETIRED_RING: usize = 256;
 
 // SAFETY: all shared state is atomics or immutable after construction.
 unsafe impl Sync for Registry {}

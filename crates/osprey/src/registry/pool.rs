@@ -2,10 +2,10 @@
 //! records of threads that are gone and recycling them once drained. Maps
 //! memory, allocates, takes the init lock: never called from a handler.
 
-use super::{Registry, RegistryConfig, GLOBAL, INIT_LOCK, MAX_SEGMENTS};
+use super::{Registry, RegistryConfig, GLOBAL, INIT_LOCK, MAX_SEGMENTS, RETIRED_RING};
 use crate::mmap::map_zeroed;
 use crate::record::{Record, RecordState};
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Mutex;
 
 /// Serialises growth of the pool (see `add_segment_locked`).
@@ -39,6 +39,7 @@ impl Registry {
         let segment_len = cfg.capacity.max(1);
         let dirty_words = (MAX_SEGMENTS * segment_len).div_ceil(64);
         let dirty = map_zeroed(dirty_words * 8)? as *const AtomicU64;
+        let links = map_zeroed(MAX_SEGMENTS * segment_len * 4)? as *const AtomicU32;
         let r = Registry {
             segments: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_SEGMENTS],
             nsegments: AtomicUsize::new(0),
@@ -50,9 +51,12 @@ impl Registry {
             depth_table,
             dirty,
             dirty_words,
+            links,
             changes: AtomicU64::new(0),
             tid_limit,
             dropped_unregistered: AtomicU64::new(0),
+            retired: [const { AtomicI32::new(0) }; RETIRED_RING],
+            retired_seq: AtomicUsize::new(0),
             exhausted: AtomicU64::new(0),
         };
         r.add_segment()?;
@@ -134,9 +138,18 @@ impl Registry {
         // A zero tid tells writer-side caches (`context`) the record is no longer theirs.
         rec.tid.store(0, Release);
         rec.state.store(RecordState::Retired as u32, Release);
+        let at = self.retired_seq.fetch_add(1, Relaxed) % RETIRED_RING;
+        self.retired[at].store(tid, Relaxed);
         self.changes.fetch_add(1, Relaxed);
         self.mark_dirty(idx);
         true
+    }
+
+    /// Whether `tid` gave up its record lately: a thread on its way out
+    /// whose CPU time its exit path charged (or a dead tid). Discovery does
+    /// not count such a thread's CPU as an unregistered thread's.
+    pub fn retired_recently(&self, tid: i32) -> bool {
+        tid > 0 && self.retired.iter().any(|t| t.load(Relaxed) == tid)
     }
 
     /// Puts a drained, retired record back on the free list. Collector only.
@@ -152,6 +165,7 @@ impl Registry {
         rec.primed_sp.store(0, Relaxed);
         rec.start_time.store(0, Relaxed);
         rec.charged_ns.store(0, Relaxed);
+        rec.owed_ns.store(0, Relaxed);
         rec.blocked.store(0, Relaxed);
         rec.last_depth.store(0, Relaxed);
         rec.start_routine.store(0, Relaxed);
@@ -198,10 +212,10 @@ impl Registry {
     }
 
     fn push_free(&self, index: u32) {
-        let rec = self.record(index as usize).expect("mapped record");
+        let link = self.link(index as usize).expect("record index in range");
         let mut head = self.free_head.load(Acquire);
         loop {
-            rec.next_free.store(head as u32, Relaxed);
+            link.store(head as u32, Relaxed);
             let new = ((head >> 32).wrapping_add(1) << 32) | (index as u64 + 1);
             match self.free_head.compare_exchange_weak(head, new, AcqRel, Acquire) {
                 Ok(_) => break,

@@ -59,7 +59,9 @@ pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t
     let ctx = rec.context.read().unwrap_or_default();
     // A timer signal that stands for several periods (expiries folded at the
     // tick) carries their count: the sample is weighted so CPU time is exact.
-    let cpu_ns = STATE.period_ns.load(Relaxed).saturating_mul(1 + overrun as u64);
+    // CPU the thread used while it had no working clock comes with it.
+    let owed = rec.owed_ns.swap(0, Relaxed);
+    let cpu_ns = STATE.period_ns.load(Relaxed).saturating_mul(1 + overrun as u64).saturating_add(owed);
     rec.charged_ns.fetch_add(cpu_ns, Relaxed);
     STATE.charged_ns.fetch_add(cpu_ns, Relaxed);
     let tid = rec.tid.load(Relaxed);
