@@ -28,10 +28,13 @@ __attribute__((noinline)) unsigned long burn(unsigned long x, int n) {
     return x;
 }
 
-/* Each with its own loop (a call to burn would be a tail call: no frame). */
-__attribute__((noinline)) unsigned long hot_a(unsigned long x) { for (int i = 0; i < 5000; i++) x = x * 31 + 7; return x; }
-__attribute__((noinline)) unsigned long hot_b(unsigned long x) { for (int i = 0; i < 3000; i++) x = x * 37 + 5; return x; }
-__attribute__((noinline)) unsigned long hot_c(unsigned long x) { for (int i = 0; i < 2000; i++) x = x * 41 + 3; return x; }
+/* Each with its own loop (a call to burn would be a tail call: no frame), one
+   dependent multiply per step with the same multiplier, so that time follows
+   the iteration counts on any CPU (31, 37 and 41 compiled to shifts and leas of
+   different latencies: 61/23/16 where 50/30/20 was meant). */
+__attribute__((noinline)) unsigned long hot_a(unsigned long x) { for (int i = 0; i < 5000; i++) x = x * 6364136223846793005ul + 7; return x; }
+__attribute__((noinline)) unsigned long hot_b(unsigned long x) { for (int i = 0; i < 3000; i++) x = x * 6364136223846793005ul + 5; return x; }
+__attribute__((noinline)) unsigned long hot_c(unsigned long x) { for (int i = 0; i < 2000; i++) x = x * 6364136223846793005ul + 3; return x; }
 
 __attribute__((noinline)) unsigned long walk(int depth, unsigned long x) {
     volatile unsigned long pad[2] = {x, x};

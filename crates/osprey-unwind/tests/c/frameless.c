@@ -63,9 +63,9 @@ void *fl_zlib_worker(void *unused) {
 }
 
 #ifdef FL_MAIN
-__attribute__((noinline)) unsigned long hot_a(unsigned long x) { for (int i = 0; i < 5000; i++) x = x * 31 + 7; return x; }
-__attribute__((noinline)) unsigned long hot_b(unsigned long x) { for (int i = 0; i < 3000; i++) x = x * 37 + 5; return x; }
-__attribute__((noinline)) unsigned long hot_c(unsigned long x) { for (int i = 0; i < 2000; i++) x = x * 41 + 3; return x; }
+__attribute__((noinline)) unsigned long hot_a(unsigned long x) { for (int i = 0; i < 5000; i++) x = x * 6364136223846793005ul + 7; return x; }
+__attribute__((noinline)) unsigned long hot_b(unsigned long x) { for (int i = 0; i < 3000; i++) x = x * 6364136223846793005ul + 5; return x; }
+__attribute__((noinline)) unsigned long hot_c(unsigned long x) { for (int i = 0; i < 2000; i++) x = x * 6364136223846793005ul + 3; return x; }
 
 __attribute__((noinline)) unsigned long walk(int depth, unsigned long x) {
     volatile unsigned long pad[2] = {x, x};
