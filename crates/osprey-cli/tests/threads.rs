@@ -51,6 +51,8 @@ fn run(hz: Option<u32>, dir: &Path, program: &Path, args: &[&str]) -> Run {
         Some(hz) => {
             let mut c = Command::new(osprey());
             c.args(["exec", "--hz", &hz.to_string(), "--out"]).arg(&out).arg("--").arg(program);
+            // The agent's last line is written at exit, after the program's own closes.
+            c.env("OSPREY_VERBOSE", "1");
             c
         }
         None => Command::new(program),
@@ -356,6 +358,8 @@ int main(int argc, char **argv) {
         int hi = fcntl(fd[i], F_DUPFD, 700 + i);
         if (hi >= 0) { close(fd[i]); fd[i] = hi; }
     }
+    /* And make stderr a file of its own, as a daemon's log. */
+    dup2(fd[0], 2);
     phase = 1;
     for (int i = 0; i < 4; i++) pthread_join(t[i], 0);  /* threads exit: osprey gives up their clocks */
     for (int i = 0; i < 64; i++) {
@@ -369,9 +373,10 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// A program that closes every descriptor and reopens files on the same
-/// numbers keeps its files: osprey never closes or writes a descriptor that
-/// is no longer its own (1 kHz: perf clocks, one descriptor per thread).
+/// A program that closes every descriptor, reopens files on the same
+/// numbers and puts one on stderr keeps its files: osprey never closes or
+/// writes a descriptor that is no longer its own, its lines included (1 kHz:
+/// perf clocks, one descriptor per thread).
 #[test]
 fn descriptors_taken_over_by_the_program_are_left_alone() {
     let dir = tempdir("fds");

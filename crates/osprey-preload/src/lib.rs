@@ -61,7 +61,7 @@ extern "C" fn init() {
     let cfg = match osprey::Config::from_env() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("osprey: {e}; profiling is off");
+            osprey::say!("osprey: {e}; profiling is off");
             return;
         }
     };
@@ -75,7 +75,7 @@ extern "C" fn init() {
             // SAFETY: registering a plain extern "C" function.
             unsafe { libc::atexit(finish) };
         }
-        Err(e) => eprintln!("osprey: {e}; profiling is off"),
+        Err(e) => osprey::say!("osprey: {e}; profiling is off"),
     }
 }
 
@@ -91,7 +91,7 @@ fn attach_allocators() {
         && unsafe { core::mem::transmute::<*mut libc::c_void, Attach>(p)(&osprey::internals::alloc::HOOKS) };
     if !attached {
         osprey::internals::alloc::disarm();
-        eprintln!("osprey: allocation profiling needs {ALLOC_LIB} in LD_PRELOAD (`osprey exec --alloc` preloads it); it is off");
+        osprey::say!("osprey: allocation profiling needs {ALLOC_LIB} in LD_PRELOAD (`osprey exec --alloc` preloads it); it is off");
     }
 }
 
@@ -115,7 +115,7 @@ extern "C" fn finish() {
         let files = p.stop();
         if std::env::var_os("OSPREY_VERBOSE").is_some_and(|v| v == "1") {
             for f in files.iter().rev().take(1) {
-                eprintln!("osprey: last profile written to {}", f.display());
+                osprey::say!("osprey: last profile written to {}", f.display());
             }
         }
     }

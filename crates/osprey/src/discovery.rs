@@ -148,14 +148,14 @@ impl Discovery {
                     if count >= MAX_PRIMES || (count > 0 && started.saturating_sub(last) < REPRIME_NS) {
                         continue;
                     }
-                    if signal_blocked(tid, prime) {
+                    if signal_blocked(tid, prime) == Some(true) {
                         // Never signalled while it blocks the signal (its CPU is
                         // accounted below). A thread just created blocks every
                         // signal for a moment: look again soon, a few times.
                         let seen = self.blocked_seen.entry(tid).or_default();
                         *seen += 1;
                         waiting |= *seen <= BLOCKED_LOOKS;
-                    } else if thread_running(tid) && !signal_pending(tid, prime) {
+                    } else if thread_running(tid) && signal_pending(tid, prime) == Some(false) {
                         sys::tgkill(pid, tid, prime);
                         self.primed.insert(tid, (count + 1, started));
                     }
@@ -259,12 +259,13 @@ impl Discovery {
             let (cpu0, samples0) = self.checked.get(&tid).copied().unwrap_or((first, samples));
             if blocked {
                 *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += cpu.saturating_sub(cpu0);
-                if !signal_blocked(tid, signal) {
+                // Unblocked for sure: an exiting thread's status may be unreadable.
+                if signal_blocked(tid, signal) == Some(false) {
                     rec.blocked.store(0, Relaxed);
                     let _ = cpu_clock::arm(rec);
                 }
             } else if cpu.saturating_sub(cpu0) >= 3 * period && samples == samples0 {
-                if signal_blocked(tid, signal) {
+                if signal_blocked(tid, signal) == Some(true) {
                     cpu_clock::disarm(rec);
                     rec.blocked.store(1, Relaxed);
                     *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += cpu.saturating_sub(cpu0);
@@ -278,7 +279,7 @@ impl Discovery {
                 }
             }
             if rec.blocked.load(Relaxed) != 0 && self.said_blocked.insert(tid) {
-                eprintln!(
+                crate::say!(
                     "osprey: thread {tid} '{}' blocks the sampling signal; its CPU time is reported under [signals blocked]",
                     crate::threads::thread_name(tid)
                 );

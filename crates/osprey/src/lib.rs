@@ -35,6 +35,7 @@
 //! | `exec` | no osprey signal survives into an exec'd program | no |
 //! | `context` | the trace-context API for applications | no (writes the record) |
 //! | `alloc` | `Sampling`, the sampling `GlobalAlloc` wrapper for Rust programs | its hooks are `signal/alloc.rs` |
+//! | `stderr` | osprey's lines, on the file stderr named at start (`say!`) | no |
 //! | `config`, `error`, `mmap` | settings, the error type, mappings | no |
 
 pub mod alloc;
@@ -52,6 +53,7 @@ mod record;
 mod registry;
 mod shutdown;
 mod signal;
+mod stderr;
 mod storage;
 mod takeover;
 mod threads;
@@ -86,6 +88,10 @@ pub mod internals {
     /// Stepping aside when the program takes over osprey's signal.
     pub mod takeover {
         pub use crate::takeover::step_aside;
+    }
+    /// osprey's lines on the program's stderr (see [`say!`](crate::say)).
+    pub mod stderr {
+        pub use crate::stderr::*;
     }
     /// Finding unannounced threads.
     pub mod discovery {

@@ -253,6 +253,7 @@ pub fn runtime_id() -> Option<String> {
 }
 
 fn start(cfg: Config) -> Result<Profiler, Error> {
+    crate::stderr::open();
     cfg.validate()?;
     let _g = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if current_agent().is_some() {
@@ -294,7 +295,7 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
     threads::register_current();
     collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
     if let Err(e) = shutdown::install(flush_for_shutdown) {
-        eprintln!("osprey: cannot start the shutdown thread ({e}); no last profile on SIGINT/SIGTERM/SIGHUP");
+        crate::say!("osprey: cannot start the shutdown thread ({e}); no last profile on SIGINT/SIGTERM/SIGHUP");
     }
     FORK_HOOK.call_once(|| {
         // SAFETY: registering plain extern "C" callbacks.

@@ -28,7 +28,7 @@ pub fn step_aside(signal: i32, new_handler: usize) -> bool {
     }
     let what = if signal == sample { "samples" } else { "finds threads" };
     if STATE.enabled.swap(false, SeqCst) {
-        eprintln!("osprey: the program installs its own handler for signal {signal}, which osprey {what} with; profiling stops");
+        crate::say!("osprey: the program installs its own handler for signal {signal}, which osprey {what} with; profiling stops");
     }
     STATE.prime_signal.store(0, SeqCst);
     if let Some(reg) = Registry::get() {

@@ -360,24 +360,25 @@ pub fn thread_count() -> Option<u64> {
 }
 
 /// Whether thread `tid` has `signal` blocked (`SigBlk` in its `status`).
-pub fn signal_blocked(tid: i32, signal: i32) -> bool {
+/// `None` when its status is unreadable (the thread is exiting or gone).
+pub fn signal_blocked(tid: i32, signal: i32) -> Option<bool> {
     status_mask_has(tid, "SigBlk:", signal)
 }
 
 /// Whether `signal` is pending for thread `tid` (`SigPnd` in its `status`).
-pub fn signal_pending(tid: i32, signal: i32) -> bool {
+/// `None` when its status is unreadable.
+pub fn signal_pending(tid: i32, signal: i32) -> Option<bool> {
     status_mask_has(tid, "SigPnd:", signal)
 }
 
-fn status_mask_has(tid: i32, field: &str, signal: i32) -> bool {
+fn status_mask_has(tid: i32, field: &str, signal: i32) -> Option<bool> {
     if signal <= 0 {
-        return false;
+        return Some(false);
     }
-    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) else { return false };
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-        .is_some_and(|m| m & (1 << (signal - 1)) != 0)
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let mask = s.lines().find_map(|l| l.strip_prefix(field))?;
+    let mask = u64::from_str_radix(mask.trim(), 16).ok()?;
+    Some(mask & (1 << (signal - 1)) != 0)
 }
 
 /// Whether thread `tid` is running or runnable (`R` in its `stat`).

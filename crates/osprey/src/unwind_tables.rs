@@ -77,7 +77,7 @@ pub(crate) fn fresh() -> Tracker {
 /// new set; cheap when the loader's generation did not move.
 pub(crate) fn refresh(t: &mut Tracker) {
     for e in t.refresh().errors {
-        eprintln!("osprey: no unwind tables for {e}; its frames end truncated");
+        crate::say!("osprey: no unwind tables for {e}; its frames end truncated");
     }
 }
 

@@ -1,7 +1,10 @@
 //! Per-thread CPU clocks deliver the samples they promise: with two busy
-//! threads, >= 95% of CPU seconds x rate at 100 Hz, 1 kHz and 10 kHz, and the
-//! CPU time the samples stand for (weighted by timer overruns) within 5% of
-//! the threads' CPU time.
+//! threads, the CPU time the samples stand for (weighted by timer overruns)
+//! within 5% of the threads' CPU time at 100 Hz, 1 kHz and 10 kHz, and above
+//! the timers' rates (perf clocks, one signal per period) >= 95% of CPU
+//! seconds x rate as samples. A POSIX timer folds the periods that expire
+//! while its signal waits (a thread kept off the CPU by another process):
+//! fewer samples, the same CPU time.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -57,7 +60,8 @@ fn delivers_expected_samples() {
             ratio * 100.0,
             cpu_ratio * 100.0
         );
-        assert!(ratio >= 0.95, "{hz} Hz: only {:.1}% of the expected samples", ratio * 100.0);
+        let folds = u64::from(hz) <= osprey::internals::cpu_clock::TIMER_MAX_HZ;
+        assert!(folds || ratio >= 0.95, "{hz} Hz: only {:.1}% of the expected samples", ratio * 100.0);
         assert!(ratio <= 1.02, "{hz} Hz: more samples than CPU time allows ({:.1}%)", ratio * 100.0);
         assert!((0.95..=1.05).contains(&cpu_ratio), "{hz} Hz: samples stand for {:.1}% of the CPU", cpu_ratio * 100.0);
     }

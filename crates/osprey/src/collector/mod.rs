@@ -223,7 +223,7 @@ fn write(
     match written {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("osprey: cannot write profile to {}: {e}", agent.cfg.out_dir.display());
+            crate::say!("osprey: cannot write profile to {}: {e}", agent.cfg.out_dir.display());
             None
         }
     }

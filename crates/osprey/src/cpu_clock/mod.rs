@@ -131,10 +131,21 @@ pub fn revive(rec: &Record) -> io::Result<()> {
     arm(rec)
 }
 
+/// Lowest number of the top quarter of the soft descriptor limit, where
+/// osprey keeps the descriptors it holds for long: programs that assume
+/// low numbers are theirs (`dup2` onto 3, loops closing 3..64) miss them.
+pub fn high_fd_base() -> i32 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out pointer.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    let soft = lim.rlim_cur.min(1 << 20) as i32;
+    soft - soft / 4
+}
+
 /// Records that the program took osprey's descriptors; says so once.
 fn descriptors_taken() {
     if !DESCRIPTORS_TAKEN.swap(true, Relaxed) {
-        eprintln!(
+        crate::say!(
             "osprey: the program closed or reused osprey's clock descriptors (left alone); POSIX timers from now on"
         );
     }

@@ -161,11 +161,7 @@ fn is_ours(fd: i32, tid: i32) -> bool {
 /// Moves `fd` to the lowest free number in the top quarter of the soft
 /// descriptor limit (close-on-exec), closing the original.
 fn move_high(fd: i32) -> io::Result<i32> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: valid out pointer.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    let soft = lim.rlim_cur.min(1 << 20) as i32;
-    let base = soft - soft / 4;
+    let base = super::high_fd_base();
     if fd >= base {
         return Ok(fd);
     }

@@ -243,7 +243,7 @@ impl Sampler {
 
     fn stop(&mut self, why: &str) {
         self.stopped = true;
-        eprintln!("osprey: wall-time sampling stopped: {why}");
+        crate::say!("osprey: wall-time sampling stopped: {why}");
     }
 }
 
