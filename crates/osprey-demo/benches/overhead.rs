@@ -3,6 +3,11 @@
 //! 100 Hz and 1 kHz. Each run is a fresh child process; runs alternate and
 //! the median of `OSPREY_BENCH_REPS` (default 5) is reported.
 //!
+//! A fourth run, "signals only", arms on each worker the very clock osprey
+//! would (`cpu_clock::open`) with a handler that only counts the signal: what is left
+//! is the kernel's cost of delivering the samples (timer interrupt, signal
+//! frame, `rt_sigreturn`), the floor of any in-process signal profiler.
+//!
 //! Figures: CPU-time overhead during the workload (ratio to no profiler),
 //! samples delivered vs expected (CPU seconds x rate), peak RSS added, and
 //! the one-off cost of writing the profile at the end.
@@ -46,6 +51,32 @@ fn workload() {
     });
 }
 
+/// Runs the workload with osprey's clock on each worker and a handler that
+/// only counts; returns the signals received.
+fn signals_only(hz: u32) -> u64 {
+    static RECEIVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    extern "C" fn counting_handler(_: libc::c_int) {
+        RECEIVED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let sig = libc::SIGRTMIN() + 5;
+    // SAFETY: an all-zero sigaction is valid; the handler only bumps an atomic.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = counting_handler as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+    let period = 1_000_000_000 / u64::from(hz);
+    osprey_demo::on_threads(2, move || {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let clock = osprey::internals::cpu_clock::open(tid, period, sig).expect("clock");
+        osprey_demo::split_work(ROUNDS / 2);
+        let _ = clock;
+    });
+    RECEIVED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn child(mode: &str, hz: u32) {
     let dir = std::env::temp_dir().join(format!("osprey-bench-{}", std::process::id()));
     let c0 = cpu_s();
@@ -54,6 +85,10 @@ fn child(mode: &str, hz: u32) {
         "none" => {
             workload();
             samples = 0.0;
+            report_ms = 0.0;
+        }
+        "signals" => {
+            samples = signals_only(hz) as f64;
             report_ms = 0.0;
         }
         "osprey" => {
@@ -114,19 +149,23 @@ fn main() {
     for hz in [100u32, 1000] {
         let mut runs: std::collections::BTreeMap<&str, Vec<Run>> = Default::default();
         for _ in 0..reps {
-            for mode in ["none", "osprey", "pprof"] {
+            for mode in ["none", "signals", "osprey", "pprof"] {
                 runs.entry(mode).or_default().push(spawn(mode, hz));
             }
         }
         let base_cpu = median(runs["none"].iter().map(|r| r.work_cpu_s).collect());
         let base_rss = median(runs["none"].iter().map(|r| r.hwm_kib).collect());
-        for mode in ["osprey", "pprof"] {
+        for mode in ["signals", "osprey", "pprof"] {
             let rs = &runs[mode];
             let cpu = median(rs.iter().map(|r| r.work_cpu_s).collect());
             let delivered = median(rs.iter().map(|r| r.samples / (r.work_cpu_s * hz as f64)).collect());
             let rss = median(rs.iter().map(|r| r.hwm_kib).collect()) - base_rss;
             let write = median(rs.iter().map(|r| r.report_ms).collect());
-            let name = if mode == "pprof" { "pprof-rs 0.15" } else { "osprey" };
+            let name = match mode {
+                "pprof" => "pprof-rs 0.15",
+                "signals" => "signals only (same clocks, counting handler)",
+                _ => "osprey",
+            };
             println!(
                 "| {hz} Hz | {name} | {:+.2}% | {:.1}% | {:.1} MiB | {:.0} ms |",
                 (cpu / base_cpu - 1.0) * 100.0,
