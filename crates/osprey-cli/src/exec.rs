@@ -61,7 +61,7 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         .env("LD_PRELOAD", preload)
         .env("OSPREY_HZ", cfg.hz.to_string())
         .env("OSPREY_PERIOD", cfg.period.as_secs_f64().to_string())
-        .env("OSPREY_PYTHON_SAMPLER", "1")
+        .env("OSPREY_PYTHON_SAMPLER", watcher_id())
         .env_remove("OSPREY_ROOT_PID");
     // Files and backends for the preloaded agent (OSPREY_OUT only when
     // files are written; see `osprey_upload::UploadConfig::to_env`).
@@ -93,11 +93,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let pid = child.id() as i32;
     let mut tree = tree::Tree::new(pid, children, python_options(&cfg, &up, None, s), up.clone());
     // Scans come every 5 ms while the tree changes (a launcher chain execs
-    // within milliseconds) and back off to SCAN_MAX while it does not; the
-    // command's exit and relayed signals wake the loop at once.
+    // within milliseconds) and back off while it does not; the command's
+    // exit, relayed signals and a CPython image's agent wake the loop at once.
+    let longest = if children { SCAN_MAX_TREE } else { SCAN_MAX };
     let mut interval = SCAN_MIN;
     while !supervise::has_exited(pid) {
-        interval = if tree.scan() { SCAN_MIN } else { (interval * 2).min(SCAN_MAX) };
+        interval = if tree.scan() { SCAN_MIN } else { (interval * 2).min(longest) };
         supervise::relay(pid, interval);
     }
     let wall = started.elapsed();
@@ -297,9 +298,26 @@ fn check_sampling(s: &Sampling, up: &osprey_upload::UploadConfig) -> Result<ospr
 
 /// Interval of `osprey exec`'s scan of its process tree while it changes.
 const SCAN_MIN: Duration = Duration::from_millis(5);
-/// ... and when nothing changed for a while: the longest a process that
-/// execs CPython late runs before its Python sampler attaches.
-const SCAN_MAX: Duration = Duration::from_millis(100);
+/// ... and when nothing changed for a while, watching the command's pid
+/// alone. A CPython image that loads the agent wakes the scan at once
+/// (SIGCHLD, see `OSPREY_PYTHON_SAMPLER`); one that does not (its
+/// environment cleared) runs at most this long before its sampler attaches.
+/// A scan costs about 60 us of CPU here (0.15% of a core at 100 ms).
+const SCAN_MAX: Duration = Duration::from_secs(1);
+/// The same with `--children`: a process forked by CPython (a pool's
+/// worker) runs no agent start to wake the scan.
+const SCAN_MAX_TREE: Duration = Duration::from_millis(100);
+
+/// `PID:STARTTIME` of this process (start time in clock ticks since boot,
+/// field 22 of its `stat`): how the agent in a CPython image names the
+/// watcher it wakes, so that a reused pid is never signalled.
+fn watcher_id() -> String {
+    let start = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| Some(s[s.rfind(')')? + 2..].split_ascii_whitespace().nth(19)?.to_string()))
+        .unwrap_or_default();
+    format!("{}:{start}", std::process::id())
+}
 
 /// `512K`, `1M`, `4096`: bytes.
 fn parse_size(v: &str) -> Option<u64> {

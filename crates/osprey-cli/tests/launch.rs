@@ -257,6 +257,21 @@ fn sh_c_exec_and_sh_c_child() {
     assert!(c.process[&pid].starts_with("python"), "{:?}", c.process);
 }
 
+/// A command that execs CPython late, once `osprey exec`'s scan has backed
+/// off (to 1 s): the interpreter's agent wakes it, so the sampler attaches
+/// at once and `work`'s 0.6 s of CPU is all in the profile (a scan on its
+/// own schedule, at 0.64 s and 1.64 s, would attach 0.9 s late here).
+#[test]
+fn late_exec_into_python_is_sampled_from_its_start() {
+    let _s = serial();
+    let out = tempdir("late-exec");
+    let cmd = format!("sleep 0.7; APP_SECS=0.6 exec python3 {}", py("app.py").display());
+    let o = exec(Path::new("."), &out, &[], &["sh", "-c", &cmd]);
+    assert_python_app(&o, &out);
+    let work = cpu(&profiles(&out)).of("work");
+    assert!(work >= 450_000_000, "work: {} ms of its 600 in the profile; {}", work / 1_000_000, stderr(&o));
+}
+
 /// Each worker's function gets its share of the workers' CPU within 5
 /// points, in every start method.
 #[test]

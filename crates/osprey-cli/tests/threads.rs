@@ -452,9 +452,9 @@ fn idle_threads_cost_little() {
         extra.push(prof.cpu_ns - base.cpu_ns);
     }
     // The agent's own CPU is not charged to the program's threads: compare
-    // whole-process CPU. The target is 0.3% of a core (not met yet: the
-    // README says what was measured); this bound catches idle threads
-    // multiplying the cost.
+    // whole-process CPU. The target, 0.3% of a core, is met by release
+    // builds (the README has the figures); this bound, loose for debug
+    // builds on a shared machine, catches idle threads multiplying the cost.
     let per_second = (extra[1] - extra[0]) as f64 / secs.parse::<f64>().unwrap() / 1e9;
     assert!(per_second < 0.10, "1000 idle threads cost {:.1}% of a core", per_second * 100.0);
 }

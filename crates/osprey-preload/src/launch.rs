@@ -9,9 +9,12 @@
 //!   `OSPREY_CHILDREN`; any other pid keeps it only with `OSPREY_CHILDREN=1`,
 //!   and otherwise neither profiles nor passes the agent on;
 //! - inside CPython (its `_PyRuntime` or `Py_Version` symbol is defined in the
-//!   executable or a loaded libpython), when `OSPREY_PYTHON_SAMPLER=1` says an
-//!   out-of-process sampler is watching, the native agent stays off: Python
-//!   frames come from that sampler, not from the interpreter's C stack.
+//!   executable or a loaded libpython), when `OSPREY_PYTHON_SAMPLER` names an
+//!   out-of-process sampler watching (`PID:STARTTIME` of `osprey exec`), the
+//!   native agent stays off: Python frames come from that sampler, not from
+//!   the interpreter's C stack. The watcher is woken with SIGCHLD (which it
+//!   waits for) so it attaches at once rather than at its next scan; the
+//!   start time, checked first, keeps a reused pid from being signalled.
 
 /// What the agent does in this process.
 #[derive(Debug, PartialEq, Eq)]
@@ -40,12 +43,24 @@ pub fn decide() -> Role {
         remove_self_from_ld_preload();
         return Role::Skip;
     }
-    let watched = std::env::var_os("OSPREY_PYTHON_SAMPLER").is_some_and(|v| v == "1");
-    if watched && is_cpython() {
-        Role::Python
-    } else {
-        Role::Native
+    match std::env::var("OSPREY_PYTHON_SAMPLER").ok().and_then(|v| watcher(&v)) {
+        Some(pid) if is_cpython() => {
+            // SAFETY: SIGCHLD to `osprey exec`, which blocks it and waits for it.
+            unsafe { libc::kill(pid, libc::SIGCHLD) };
+            Role::Python
+        }
+        _ => Role::Native,
     }
+}
+
+/// The pid of the watcher `PID:STARTTIME` names, if that process still runs
+/// (its start time, field 22 of its `stat`, is the one named).
+fn watcher(v: &str) -> Option<i32> {
+    let (pid, start) = v.split_once(':')?;
+    let pid: i32 = pid.parse().ok().filter(|&p| p > 0)?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields = &stat[stat.rfind(')')? + 2..];
+    (fields.split_ascii_whitespace().nth(19)? == start).then_some(pid)
 }
 
 /// Whether this process is not the command `osprey exec` started (nor what

@@ -112,7 +112,7 @@ extern "C" fn finish() {
     }
     let p = PROFILER.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(p) = p {
-        let files = p.stop();
+        let files = p.stop_at_exit();
         if std::env::var_os("OSPREY_VERBOSE").is_some_and(|v| v == "1") {
             for f in files.iter().rev().take(1) {
                 osprey::say!("osprey: last profile written to {}", f.display());

@@ -17,10 +17,13 @@
 //!   the thread count (a POSIX timer keeps at most one pending).
 //! - The scan backs off while nothing changes (up to one second), so its
 //!   cost does not grow with idle threads; the interval comes back down at
-//!   the first change.
+//!   the first change. Threads the start hook registered are no change.
+//!   While it backs off, a pass that finds the thread count and the
+//!   registry's claim/retire counter as they were lists nothing (a full
+//!   listing at least every 10 s).
 
 use crate::cpu_clock::{self, thread_cpu_ns, Armed};
-use crate::record::{Record, RecordState};
+use crate::record::{Origin, Record, RecordState};
 use crate::registry::Registry;
 use crate::signal::{sys, STATE};
 use crate::threads::{
@@ -107,13 +110,15 @@ impl Discovery {
     /// appeared since the previous pass.
     pub fn scan(&mut self, reg: &Registry) -> Vec<i32> {
         let started = sys::monotonic_ns();
-        // Backed off and nothing changed: no listing, only the clock check.
+        // Backing off and nothing changed (same thread count, no record
+        // claimed or retired): no listing, only the clock check when due.
         let fingerprint = thread_count().map(|n| (n, reg.changes.load(Relaxed)));
-        if self.interval == Some(MAX_BACKOFF)
+        if self.interval.is_some_and(|i| !i.is_zero())
             && fingerprint.is_some()
             && fingerprint == self.fingerprint
             && started.saturating_sub(self.last_full_ns) < FULL_SCAN_NS
         {
+            self.interval = self.interval.map(|i| (i * 2).min(MAX_BACKOFF));
             if started.saturating_sub(self.last_check_ns) >= CHECK_NS {
                 self.last_check_ns = started;
                 if self.quiet(started) {
@@ -185,7 +190,11 @@ impl Discovery {
             }
         });
         self.listed = tids;
-        let changed = !appeared.is_empty() || gone || waiting;
+        // Threads the start hook registered need nothing of the scan: a burst
+        // of them lets it back off as if nothing had changed.
+        let unannounced =
+            appeared.iter().any(|&t| reg.lookup(t).and_then(|(_, r)| r.origin()) != Some(Origin::ThreadStart));
+        let changed = unannounced || gone || waiting;
         self.interval = Some(match (changed, self.interval) {
             (false, Some(i)) => (i * 2).max(Duration::from_millis(1)).min(MAX_BACKOFF),
             _ => Duration::ZERO,

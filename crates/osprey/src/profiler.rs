@@ -132,16 +132,35 @@ impl Profiler {
     /// Stops sampling, writes the last profile, and returns every file written.
     pub fn stop(mut self) -> Vec<PathBuf> {
         self.stopped = true;
-        stop()
+        stop(Ending::Stop)
+    }
+
+    /// [`Profiler::stop`] for a process that is exiting (the preload
+    /// library's `exit` hook): see [`Ending::Exit`].
+    pub fn stop_at_exit(mut self) -> Vec<PathBuf> {
+        self.stopped = true;
+        stop(Ending::Exit)
     }
 }
 
 impl Drop for Profiler {
     fn drop(&mut self) {
         if !self.stopped {
-            stop();
+            stop(Ending::Stop);
         }
     }
+}
+
+/// What follows the agent's stop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The program goes on: its dispositions of osprey's signals are restored.
+    Stop,
+    /// The process is exiting: osprey's handlers stay installed (no-ops once
+    /// stopped). Dispositions no longer matter, a signal still pending must
+    /// not meet `SIG_DFL` while the rest of `exit` runs, and checking for one
+    /// reads every thread's `status` (25 ms for 1000 threads).
+    Exit,
 }
 
 /// Asks the collector for a profile now and waits for it, at most `limit`.
@@ -373,7 +392,7 @@ fn new_runtime_id() -> String {
 /// process the agent does not belong to (see [`owns_process`]) it does
 /// nothing: the collector to join does not exist there, and `START_LOCK`
 /// may have been copied held.
-fn stop() -> Vec<PathBuf> {
+fn stop(ending: Ending) -> Vec<PathBuf> {
     if !owns_process() {
         return vec![];
     }
@@ -406,8 +425,10 @@ fn stop() -> Vec<PathBuf> {
     shutdown::uninstall();
     // A signal still pending (on a thread that blocks it) keeps osprey's
     // handler, a no-op once stopped: SIG_DFL would kill the process.
-    for h in &agent.dispositions {
-        h.restore();
+    if ending == Ending::Stop {
+        for h in &agent.dispositions {
+            h.restore();
+        }
     }
     AGENT.store(core::ptr::null_mut(), Release);
     let files = std::mem::take(&mut agent.control.0.lock().unwrap_or_else(|e| e.into_inner()).files);

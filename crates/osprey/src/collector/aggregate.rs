@@ -21,7 +21,7 @@ use crate::storage::{CallTraceStorage, DROPPED_TRACE_ID};
 use crate::threads::thread_name;
 use crate::wall;
 use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample, TIMESTAMP_LABEL};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::*;
 
 /// What samples are aggregated by: the stack (a storage trace id, or an
@@ -185,8 +185,9 @@ impl Aggregator {
         });
     }
 
-    /// Learns the names of threads discovery just saw appear, so a thread that
-    /// exits before its samples are drained still has its name.
+    /// Learns the names of threads discovery just saw appear whose exit osprey
+    /// does not see, so such a thread that exits before its samples are
+    /// drained still has its name.
     pub fn note_threads(&mut self, tids: &[i32]) {
         for &tid in tids {
             if let std::collections::hash_map::Entry::Vacant(e) = self.names.entry(tid) {
@@ -315,11 +316,21 @@ impl Aggregator {
     ) -> ProfileData {
         let collected = storage.rotate();
         self.drain(reg);
-        // Names may change after a thread starts (pthread_setname_np): refresh the living.
-        for (tid, name) in self.names.iter_mut() {
-            let now = thread_name(*tid);
-            if !now.is_empty() {
-                *name = now;
+        // Names may change after a thread starts (pthread_setname_np): refresh
+        // those this profile shows (idle threads cost no read).
+        let shown: HashSet<i32> = self
+            .pending
+            .keys()
+            .map(|k| k.tid)
+            .chain(self.lost_ring.keys().copied())
+            .chain(self.heap.keys().map(|k| k.tid))
+            .collect();
+        for tid in shown {
+            if let Some(name) = self.names.get_mut(&tid) {
+                let now = thread_name(tid);
+                if !now.is_empty() {
+                    *name = now;
+                }
             }
         }
         let mut traces: HashMap<u64, (&[u64], bool)> =
