@@ -149,8 +149,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn copy_stops_at_an_unmapped_page() {
-        // SAFETY: a fresh anonymous mapping of three pages; the last is unmapped again.
+    fn copy_stops_at_an_unreadable_page() {
+        // SAFETY: a fresh anonymous mapping of three pages; the last is made
+        // unreadable. (Unmapped, it could be mapped again by another test
+        // running meanwhile in this process, and read.)
         let base = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
@@ -161,8 +163,8 @@ mod tests {
                 0,
             )
         } as u64;
-        // SAFETY: unmapping the third page of the mapping above.
-        unsafe { libc::munmap((base + 2 * PAGE) as *mut libc::c_void, PAGE as usize) };
+        // SAFETY: protecting the third page of the mapping above.
+        unsafe { libc::mprotect((base + 2 * PAGE) as *mut libc::c_void, PAGE as usize, libc::PROT_NONE) };
         // SAFETY: writing inside the first two (mapped) pages.
         unsafe { ((base + 104) as *mut u64).write(0x1234) };
         let mut out = vec![0u8; 4 * PAGE as usize];
@@ -172,7 +174,7 @@ mod tests {
         assert_eq!(stack.read(base + 104), Some(0x1234));
         assert_eq!(stack.read(base + 2 * PAGE), None);
         assert_eq!(copy(base + 2 * PAGE, base + 3 * PAGE, &mut out).unwrap(), 0);
-        // SAFETY: unmapping the rest of the mapping.
-        unsafe { libc::munmap(base as *mut libc::c_void, 2 * PAGE as usize) };
+        // SAFETY: unmapping the mapping.
+        unsafe { libc::munmap(base as *mut libc::c_void, 3 * PAGE as usize) };
     }
 }
