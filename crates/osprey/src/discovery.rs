@@ -20,7 +20,8 @@
 //!   the first change. Threads the start hook registered are no change.
 //!   While it backs off, a pass that finds the thread count and the
 //!   registry's claim/retire counter as they were lists nothing (a full
-//!   listing at least every 10 s).
+//!   listing at least every 10 s); while a listed thread could still be
+//!   registered, only once backed off to the full second.
 
 use crate::cpu_clock::{self, thread_cpu_ns, Armed};
 use crate::record::{Origin, Record, RecordState};
@@ -80,6 +81,9 @@ pub struct Discovery {
     /// An unregistered thread used CPU since the last clock check: scan at
     /// the shortest interval to catch it running.
     unregistered_busy: bool,
+    /// The last full scan found a thread it could register (no record yet,
+    /// records free): passes keep listing, to prime it when it runs.
+    unregistered_listed: bool,
     /// Tids listed by the previous scan.
     listed: Vec<i32>,
     /// Per thread: CPU ns and samples at the last check.
@@ -113,7 +117,12 @@ impl Discovery {
         // Backing off and nothing changed (same thread count, no record
         // claimed or retired): no listing, only the clock check when due.
         let fingerprint = thread_count().map(|n| (n, reg.changes.load(Relaxed)));
-        if self.interval.is_some_and(|i| !i.is_zero())
+        let backing_off = match self.interval {
+            Some(i) if self.unregistered_listed => i == MAX_BACKOFF,
+            Some(i) => !i.is_zero(),
+            None => false,
+        };
+        if backing_off
             && fingerprint.is_some()
             && fingerprint == self.fingerprint
             && started.saturating_sub(self.last_full_ns) < FULL_SCAN_NS
@@ -143,12 +152,14 @@ impl Discovery {
         let prime = STATE.prime_signal.load(Relaxed);
         let mut maps: Option<String> = None;
         let mut waiting = false;
+        self.unregistered_listed = false;
         for &tid in &tids {
             if is_internal(tid) {
                 continue;
             }
             match reg.lookup(tid) {
                 None if prime > 0 && reg.free_count() > 0 => {
+                    self.unregistered_listed = true;
                     let (count, last) = self.primed.get(&tid).copied().unwrap_or((0, 0));
                     if count >= MAX_PRIMES || (count > 0 && started.saturating_sub(last) < REPRIME_NS) {
                         continue;
