@@ -226,12 +226,18 @@ fn sampling_while_dlopen_dlclose_republishes() {
             published
         })
     };
-    // Wait for the loader to be under way, then take a fixed number of samples.
+    // Wait for the loader to be under way, then sample until at least 400
+    // samples and 10 publications were taken (the loader's pace depends on
+    // the machine: 400 samples alone once raced only 6), for at most 20 s.
     while PUBLISHED.load(SeqCst) < 2 {
         std::thread::yield_now();
     }
     let before = PUBLISHED.load(SeqCst);
-    let taken: Vec<_> = (0..400).map(|_| sample(t)).collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut taken = Vec::new();
+    while taken.len() < 400 || (PUBLISHED.load(SeqCst) - before < 10 && std::time::Instant::now() < deadline) {
+        taken.push(sample(t));
+    }
     let during = PUBLISHED.load(SeqCst) - before;
     stop.store(true, SeqCst);
     let published = loader.join().unwrap();
