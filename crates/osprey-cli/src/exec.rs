@@ -312,11 +312,8 @@ const SCAN_MAX_TREE: Duration = Duration::from_millis(100);
 /// field 22 of its `stat`): how the agent in a CPython image names the
 /// watcher it wakes, so that a reused pid is never signalled.
 fn watcher_id() -> String {
-    let start = std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| Some(s[s.rfind(')')? + 2..].split_ascii_whitespace().nth(19)?.to_string()))
-        .unwrap_or_default();
-    format!("{}:{start}", std::process::id())
+    let pid = std::process::id() as i32;
+    format!("{pid}:{}", osprey::internals::threads::start_ticks(pid).unwrap_or(0))
 }
 
 /// `512K`, `1M`, `4096`: bytes.

@@ -10,6 +10,7 @@
 //!   previous one is stopped;
 //! - each CPython image gets one sampler thread, attached once.
 
+use osprey::internals::threads::stat_field;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -35,16 +36,12 @@ fn main_thread_stat(pid: i32) -> Option<String> {
 fn image(pid: i32) -> Option<Image> {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?.to_string_lossy().into_owned();
     let stat = main_thread_stat(pid)?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    // Fields after the name start at field 3; startcode is field 26, startstack 28.
-    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-    let num = |i: usize| f.get(i - 3).and_then(|v| v.parse().ok());
+    let num = |n: usize| stat_field(&stat, n)?.parse().ok();
     Some(Image { exe, startcode: num(26)?, startstack: num(28)? })
 }
 
 fn ppid(pid: i32) -> Option<i32> {
-    let stat = main_thread_stat(pid)?;
-    stat[stat.rfind(')')? + 2..].split_ascii_whitespace().nth(1)?.parse().ok()
+    stat_field(&main_thread_stat(pid)?, 4)?.parse().ok()
 }
 
 /// One Python sampler thread.

@@ -70,9 +70,8 @@ fn signals_only(hz: u32) -> u64 {
     osprey_demo::on_threads(2, move || {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
-        let clock = osprey::internals::cpu_clock::open(tid, period, sig).expect("clock");
+        osprey::internals::cpu_clock::open(tid, period, sig).expect("clock");
         osprey_demo::split_work(ROUNDS / 2);
-        let _ = clock;
     });
     RECEIVED.load(std::sync::atomic::Ordering::Relaxed)
 }

@@ -58,9 +58,8 @@ pub fn decide() -> Role {
 fn watcher(v: &str) -> Option<i32> {
     let (pid, start) = v.split_once(':')?;
     let pid: i32 = pid.parse().ok().filter(|&p| p > 0)?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields = &stat[stat.rfind(')')? + 2..];
-    (fields.split_ascii_whitespace().nth(19)? == start).then_some(pid)
+    let start: u64 = start.parse().ok().filter(|&s| s > 0)?;
+    (osprey::internals::threads::start_ticks(pid)? == start).then_some(pid)
 }
 
 /// Whether this process is not the command `osprey exec` started (nor what

@@ -111,7 +111,8 @@ impl Discovery {
     /// One pass: prime new running threads, finish the setup of primed ones
     /// (stack bounds, CPU clock), retire records of threads that are gone,
     /// and once a second check clocks against samples. Returns the tids that
-    /// appeared since the previous pass.
+    /// appeared since the previous pass unannounced: not registered by the
+    /// start hook, so their exit leaves no name in a record.
     pub fn scan(&mut self, reg: &Registry) -> Vec<i32> {
         let started = sys::monotonic_ns();
         // Backing off and nothing changed (same thread count, no record
@@ -203,14 +204,16 @@ impl Discovery {
         self.listed = tids;
         // Threads the start hook registered need nothing of the scan: a burst
         // of them lets it back off as if nothing had changed.
-        let unannounced =
-            appeared.iter().any(|&t| reg.lookup(t).and_then(|(_, r)| r.origin()) != Some(Origin::ThreadStart));
-        let changed = unannounced || gone || waiting;
+        let unannounced: Vec<i32> = appeared
+            .into_iter()
+            .filter(|&t| reg.lookup(t).and_then(|(_, r)| r.origin()) != Some(Origin::ThreadStart))
+            .collect();
+        let changed = !unannounced.is_empty() || gone || waiting;
         self.interval = Some(match (changed, self.interval) {
             (false, Some(i)) => (i * 2).max(Duration::from_millis(1)).min(MAX_BACKOFF),
             _ => Duration::ZERO,
         });
-        appeared
+        unannounced
     }
 
     /// When the next scan is due, given the configured (shortest) interval.

@@ -355,8 +355,19 @@ pub fn thread_count() -> Option<u64> {
     // SAFETY: closing the descriptor opened above, error ignored.
     unsafe { libc::close(fd) };
     let text = std::str::from_utf8(buf.get(..usize::try_from(n).ok()?)?).ok()?;
-    // Fields after the command name: state is field 3, num_threads field 20.
-    text.get(text.rfind(')')? + 2..)?.split_ascii_whitespace().nth(17)?.parse().ok()
+    stat_field(text, 20)?.parse().ok()
+}
+
+/// Field `n` of a `/proc/.../stat` text, numbered as in proc(5) (the state is
+/// field 3), counted after the command name, which may hold spaces and `)`.
+pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    stat.get(stat.rfind(')')? + 2..)?.split_ascii_whitespace().nth(n.checked_sub(3)?)
+}
+
+/// When process `pid` started (field 22 of its `stat`, clock ticks since
+/// boot): with the pid, it names one process even once the pid is reused.
+pub fn start_ticks(pid: i32) -> Option<u64> {
+    stat_field(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?, 22)?.parse().ok()
 }
 
 /// Whether thread `tid` has `signal` blocked (`SigBlk` in its `status`).

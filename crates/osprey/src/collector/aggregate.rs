@@ -185,9 +185,10 @@ impl Aggregator {
         });
     }
 
-    /// Learns the names of threads discovery just saw appear whose exit osprey
-    /// does not see, so such a thread that exits before its samples are
-    /// drained still has its name.
+    /// Learns the names of threads discovery just saw appear unannounced, so
+    /// such a thread that exits before its samples are drained still has its
+    /// name (a thread the start hook registered leaves it in its record,
+    /// `threads::unregister_current`, and is named at its first sample).
     pub fn note_threads(&mut self, tids: &[i32]) {
         for &tid in tids {
             if let std::collections::hash_map::Entry::Vacant(e) = self.names.entry(tid) {

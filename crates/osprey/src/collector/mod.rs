@@ -17,7 +17,7 @@ pub(crate) use own::{forget_inherited as forget_inherited_own, setup as own_setu
 use crate::config::Config;
 use crate::discovery::Discovery;
 use crate::dispositions::Installed;
-use crate::record::{Origin, SampleKind, RING_CAPACITY};
+use crate::record::{SampleKind, RING_CAPACITY};
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::CallTraceStorage;
@@ -99,15 +99,8 @@ fn run(agent: &'static Agent) {
         }
         let now = Instant::now();
         if now >= next_scan {
-            let appeared = discovery.scan(reg);
-            // A thread registered at its start leaves its name in its record
-            // when it exits (`threads::unregister_current`): it is named at
-            // its first sample, and an idle one costs no read.
-            let unhooked: Vec<i32> = appeared
-                .into_iter()
-                .filter(|&t| reg.lookup(t).and_then(|(_, r)| r.origin()) != Some(Origin::ThreadStart))
-                .collect();
-            aggregator.note_threads(&unhooked);
+            let unannounced = discovery.scan(reg);
+            aggregator.note_threads(&unannounced);
             reg.grow_if_low();
             next_scan = now + discovery.next_interval(cfg.scan_interval);
         }
