@@ -91,7 +91,8 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let started = Instant::now();
     let child = c.spawn().map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
     let pid = child.id() as i32;
-    let mut tree = tree::Tree::new(pid, children, python_options(&cfg, &up, None, s), up.clone());
+    let opts = osprey_python::Options { from_start: true, ..python_options(&cfg, &up, None, s) };
+    let mut tree = tree::Tree::new(pid, children, opts, up.clone());
     // Scans come every 5 ms while the tree changes (a launcher chain execs
     // within milliseconds) and back off while it does not; the command's
     // exit, relayed signals and a CPython image's agent wake the loop at once.
@@ -237,6 +238,7 @@ fn python_options(
         timeline: up.timeline,
         native: s.native,
         blocking: s.blocking,
+        from_start: false,
     }
 }
 

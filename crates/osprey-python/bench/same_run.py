@@ -64,11 +64,16 @@ FUNCS = {"calls": ["a", "b", "c"], "mixed": ["crunch", "parse", "write_files", "
 
 
 def osprey_flat(osprey, out):
-    rep = subprocess.run([osprey, "report", out, "--top", "200", "--sample-index", "cpu"],
-                         capture_output=True, text=True, check=True).stdout
+    """Flat shares by cpu, read by `go tool pprof` (the reference reader).
+    The `[gc]` frame osprey puts over a stack while the collector runs is
+    hidden: py-spy has none and charges a collection to the frame that
+    triggered it, which is what hiding it does."""
+    files = [os.path.join(out, f) for f in sorted(os.listdir(out))] if os.path.isdir(out) else [out]
+    rep = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=1000", "-nodefraction=0", "-sample_index=cpu",
+                          "-hide=^\\[gc\\]$"] + files, capture_output=True, text=True, check=True).stdout
     flat = {}
     for line in rep.splitlines():
-        m = re.match(r"\s*\S+\s+([\d.]+)%\s+\S+\s+[\d.]+%\s+(.*)$", line)
+        m = re.match(r"\s*\S+\s+([\d.]+)%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.*)$", line)
         if m:
             name = m.group(2).split(".")[-1]
             flat[name] = flat.get(name, 0.0) + float(m.group(1))

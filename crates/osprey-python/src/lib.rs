@@ -62,6 +62,12 @@ pub struct Options {
     /// [`ptrace`]): stacks that change faster than they can be copied are
     /// read whole, at a cost per sample.
     pub blocking: bool,
+    /// The process was started to be profiled (`osprey exec`): a thread
+    /// first sampled young is charged the CPU it used since it started.
+    /// Otherwise (attaching to a running process) that is done only for
+    /// threads that start after the sampler: the profile covers the time
+    /// it was attached, not what ran before.
+    pub from_start: bool,
 }
 
 impl Default for Options {
@@ -75,6 +81,7 @@ impl Default for Options {
             timeline: false,
             native: false,
             blocking: false,
+            from_start: false,
         }
     }
 }
@@ -223,6 +230,11 @@ pub fn attach_with_sink(
         summary.warnings.push(format!("TSS method unavailable: {e}"));
     }
     let mut sampler = Sampler::new(target, opts.method)?;
+    if !opts.from_start {
+        // Thread starts are stamped in clock ticks (10 ms, rounded down):
+        // one tick of slack charges every thread started after attaching.
+        sampler.since = sampler::uptime().map(|u| u - 0.01);
+    }
     if opts.native {
         let n = native::Native::new(pid, &sampler.target.module.path);
         if n.modules() == 0 {

@@ -71,6 +71,11 @@ pub struct Sampler {
     /// CPU a young thread used before its clock was opened, added to its
     /// first sample.
     backfill: HashMap<i32, u64>,
+    /// Threads that started before this (seconds since boot) are charged
+    /// only the CPU they use from their first sample on (`osprey attach`
+    /// profiles from the moment it attaches); `None`: any young thread is
+    /// charged from its start (a process started to be profiled).
+    pub since: Option<f64>,
     /// Why the last per-thread clock could not be opened (then `on_cpu`
     /// falls back to the kernel's run state, which counts preempted threads).
     pub clock_error: Option<String>,
@@ -110,20 +115,26 @@ pub fn process_cpu_ns(pid: i32) -> Option<i64> {
 const YOUNG: Duration = Duration::from_secs(1);
 
 /// The CPU (ns) thread `tid` used so far, if it started less than [`YOUNG`]
-/// ago (from its start time in `/proc/.../stat` and its run time in
-/// `/proc/.../schedstat`).
-fn young_thread_cpu(pid: i32, tid: i32) -> Option<u64> {
+/// ago and not before `since` (seconds since boot), from its start time in
+/// `/proc/.../stat` and its run time in `/proc/.../schedstat`.
+fn young_thread_cpu(pid: i32, tid: i32, since: Option<f64>) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     // Field 22, counted from the fields after the name (which start at 3).
     let start_ticks: u64 = stat[stat.rfind(')')? + 2..].split_ascii_whitespace().nth(22 - 3)?.parse().ok()?;
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    let uptime = uptime()?;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    if uptime - start_ticks as f64 / hz > YOUNG.as_secs_f64() {
+    let started = start_ticks as f64 / hz;
+    if uptime - started > YOUNG.as_secs_f64() || since.is_some_and(|s| started < s) {
         return None;
     }
     let sched = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
     sched.split_whitespace().next()?.parse().ok()
+}
+
+/// Seconds since boot (`/proc/uptime`, the clock of `/proc`'s start times).
+pub(crate) fn uptime() -> Option<f64> {
+    std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()
 }
 
 /// The process is gone (exited, or became a zombie).
@@ -182,6 +193,7 @@ impl Sampler {
             clocks: HashMap::new(),
             prev_cpu: HashMap::new(),
             backfill: HashMap::new(),
+            since: None,
             clock_error: None,
             last_pass: None,
             cpu_clock: None,
@@ -304,7 +316,7 @@ impl Sampler {
                 // The clock counts from now: its first sample's "since the
                 // previous sample" is since the thread started, when that
                 // was recent (a worker forked or spawned just now).
-                self.backfill.insert(tid, young_thread_cpu(pid, tid).unwrap_or(0));
+                self.backfill.insert(tid, young_thread_cpu(pid, tid, self.since).unwrap_or(0));
             }
             let before = clock.as_ref().and_then(|c| c.read().ok());
             // `--blocking`/`--native`: a running thread stands still while

@@ -203,10 +203,22 @@ pub struct CodeCache {
     map: HashMap<u64, CodeEntry>,
     /// Code objects read from the target (not found, or stale, in the cache).
     pub misses: u64,
-    /// Per thread state, the frame addresses of its previous walks, the
-    /// latest innermost first: read again all at once at the next walk (see
-    /// [`Snapshot`]).
-    chains: HashMap<u64, Vec<u64>>,
+    /// Per thread state, what its previous walks found (see [`Snapshot`]).
+    threads: HashMap<u64, Hints>,
+    /// 3.12: where a call of the interpreter's C evaluation function keeps
+    /// its entry frame, from its cframe (both are its locals), and how often
+    /// walks found each distance; the most found is used.
+    entry_offsets: HashMap<i64, u32>,
+}
+
+/// What earlier walks of one thread found, read again all at once at the
+/// next walk.
+#[derive(Default)]
+struct Hints {
+    /// Frame addresses, the latest innermost first.
+    chain: Vec<u64>,
+    /// Cframes its frame pointer named (3.11-3.12), the latest first.
+    cframes: Vec<u64>,
 }
 
 pub(crate) enum FrameErr {
@@ -315,6 +327,11 @@ pub enum End {
 
 struct Walk {
     frames: Vec<Frame>,
+    /// The first entry frame met (3.12: a frame the C stack owns).
+    entry: Option<u64>,
+    /// The innermost frame read was shown: a Python function's, not a
+    /// shim's nor a torn one.
+    top_shown: bool,
     /// Addresses of the frames visited, innermost first.
     chain: Vec<u64>,
     end: End,
@@ -342,53 +359,105 @@ impl Evals {
     }
 }
 
-/// Frames read in one `process_vm_readv`, before the walk: the addresses
-/// of the previous walk of the same thread, which a call-heavy program
-/// reuses depth for depth (a LIFO free list, or its frame stack). Read in
-/// one system call they are a near-instant picture of the stack, where frame
-/// by frame reads take about a microsecond each while the stack changes
-/// every few hundred nanoseconds. Frames the walk meets elsewhere are read
-/// one by one.
+/// Memory read in one `process_vm_readv`, before the walk: the frames of
+/// the thread's previous walks, which a call-heavy program reuses depth for
+/// depth (a LIFO free list, or its frame stack), and the pointers that say
+/// which of them is innermost now. Read in one system call they are a
+/// near-instant picture of the stack, where frame by frame reads take about
+/// a microsecond each while the stack changes every few hundred
+/// nanoseconds. Frames the walk meets elsewhere are read one by one.
+///
+/// The kernel pins and copies each remote iovec in turn (about half a
+/// microsecond each here), so what is asked is merged into as few ranges
+/// as it can be: frames in the same or adjacent pages are read as one (a
+/// frame stack, or a C stack's cframes, in one copy), never a page nothing
+/// was asked from (it may be a guard page, which would end the read).
 struct Snapshot {
-    /// The thread's innermost frame pointer, read first in the same call
-    /// (versions without a `cframe` indirection).
-    top: Option<u64>,
+    /// Copies by address, of the length asked.
     frames: HashMap<u64, Vec<u8>>,
+    /// With `twice`: copies of the same frames made before the pointers.
+    before: HashMap<u64, Vec<u8>>,
 }
 
 impl Snapshot {
-    fn read(t: &Target, head: Option<u64>, addrs: &[u64], size: usize) -> Snapshot {
-        let addrs = &addrs[..addrs.len().min(MAX_DEPTH)];
-        let mut top = [0u8; 8];
-        let mut buf = vec![0u8; addrs.len() * size];
-        let mut local = Vec::with_capacity(addrs.len() + 1);
-        let mut remote = Vec::with_capacity(addrs.len() + 1);
-        if let Some(h) = head {
-            local.push(libc::iovec { iov_base: top.as_mut_ptr().cast(), iov_len: 8 });
-            remote.push(libc::iovec { iov_base: h as usize as *mut libc::c_void, iov_len: 8 });
+    /// Reads `asks` (address, length); the ranges holding an address of
+    /// `first` are copied before the others. With `twice`, the others are
+    /// also copied once before them (into [`Snapshot::before`]).
+    fn read(t: &Target, asks: &[(u64, usize)], first: &[u64], twice: bool) -> Snapshot {
+        const PAGE: u64 = 4096;
+        const MAX_RANGE: u64 = 256 << 10;
+        let mut asks: Vec<(u64, usize)> = asks.iter().copied().filter(|a| a.0 != 0 && a.1 > 0).collect();
+        asks.sort_unstable();
+        // (start, end) of each range, in address order.
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for &(a, n) in &asks {
+            let end = a.saturating_add(n as u64);
+            match ranges.last_mut() {
+                Some(r) if a / PAGE <= (r.1 - 1) / PAGE + 1 && end.max(r.1) - r.0 <= MAX_RANGE => r.1 = r.1.max(end),
+                _ => ranges.push((a, end)),
+            }
         }
-        for (c, &a) in buf.chunks_mut(size).zip(addrs) {
-            local.push(libc::iovec { iov_base: c.as_mut_ptr().cast(), iov_len: size });
-            remote.push(libc::iovec { iov_base: a as usize as *mut libc::c_void, iov_len: size });
+        // The kernel takes at most `UIO_MAXIOV` (1024) iovecs a call.
+        ranges.truncate(if twice { 340 } else { 1024 });
+        // The copies, in order: (range, into `before`).
+        let is_first = |r: &(u64, u64)| first.iter().any(|&a| r.0 <= a && a < r.1);
+        let (heads, rest): (Vec<usize>, Vec<usize>) = (0..ranges.len()).partition(|&k| is_first(&ranges[k]));
+        let mut order: Vec<(usize, bool)> = Vec::with_capacity(ranges.len() + rest.len());
+        if twice {
+            order.extend(rest.iter().map(|&k| (k, true)));
         }
-        // SAFETY: `local` describes `top` and `buf`, owned here and outliving
-        // the call; the remote iovecs are only interpreted by the kernel.
+        order.extend(heads.iter().map(|&k| (k, false)));
+        order.extend(rest.iter().map(|&k| (k, false)));
+        let mut bufs: Vec<Vec<u8>> =
+            order.iter().map(|&(k, _)| vec![0u8; (ranges[k].1 - ranges[k].0) as usize]).collect();
+        let local: Vec<libc::iovec> =
+            bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
+        let remote: Vec<libc::iovec> = order
+            .iter()
+            .map(|&(k, _)| {
+                let r = ranges[k];
+                libc::iovec { iov_base: r.0 as usize as *mut libc::c_void, iov_len: (r.1 - r.0) as usize }
+            })
+            .collect();
+        // SAFETY: `local` describes `bufs`, owned here and outliving the
+        // call; the remote iovecs are only interpreted by the kernel.
         let n = unsafe {
             libc::process_vm_readv(t.mem.pid, local.as_ptr(), local.len() as _, remote.as_ptr(), remote.len() as _, 0)
         };
         // The kernel stops at the first remote iovec it cannot read: only
         // what came whole before it counts.
-        let mut n = n.max(0) as usize;
-        let top = match head {
-            Some(_) if n >= 8 => {
-                n -= 8;
-                Some(u64::from_le_bytes(top))
+        let mut left = n.max(0) as u64;
+        let (mut frames, mut before) = (HashMap::with_capacity(asks.len()), HashMap::new());
+        for (&(k, early), b) in order.iter().zip(&bufs) {
+            let r = ranges[k];
+            if left < r.1 - r.0 {
+                break;
             }
-            _ => None,
-        };
-        let whole = if head.is_some() && top.is_none() { 0 } else { n / size };
-        let frames = addrs.iter().zip(buf.chunks(size)).take(whole).map(|(a, b)| (*a, b.to_vec())).collect();
-        Snapshot { top, frames }
+            left -= r.1 - r.0;
+            let into = if early { &mut before } else { &mut frames };
+            let from = asks.partition_point(|a| a.0 < r.0);
+            for &(a, n) in asks[from..].iter().take_while(|a| a.0 < r.1) {
+                let at = (a - r.0) as usize;
+                let e: &mut Vec<u8> = into.entry(a).or_default();
+                if n > e.len() {
+                    *e = b[at..at + n].to_vec();
+                }
+            }
+        }
+        Snapshot { frames, before }
+    }
+
+    /// The same snapshot with the copies made before the pointers, where
+    /// there are some.
+    fn earlier(&self) -> Snapshot {
+        let mut frames = self.frames.clone();
+        frames.extend(self.before.iter().map(|(a, b)| (*a, b.clone())));
+        Snapshot { frames, before: HashMap::new() }
+    }
+
+    /// The pointer at `addr`, if it was asked for (or lies in what was).
+    fn u64(&self, addr: u64) -> Option<u64> {
+        self.frames.get(&addr).filter(|b| b.len() >= 8).map(|b| rd_u64(b, 0))
     }
 
     /// Candidate innermost frames of the snapshot itself: running frames
@@ -400,7 +469,7 @@ impl Snapshot {
         let running: Vec<(u64, u64)> = self
             .frames
             .iter()
-            .filter(|(_, b)| live.1(b[live.0]))
+            .filter(|(_, b)| b.len() > live.0 && b.len() >= l.frame_previous as usize + 8 && live.1(b[live.0]))
             .map(|(a, b)| (*a, rd_u64(b, l.frame_previous as usize)))
             .collect();
         let callers: HashSet<u64> = running.iter().map(|r| r.1).collect();
@@ -421,15 +490,57 @@ fn walk_once(
     let l = &t.layout;
     let live = live_flag(l);
     let size = l.frame_size_to_read;
-    let hint = cache.chains.remove(&tstate).unwrap_or_default();
-    let head = l.cframe_current_frame.is_none().then_some(tstate + l.tstate_frame);
-    let snap = Snapshot::read(t, head, &hint, size);
-    let top = match snap.top {
-        Some(top) => top,
-        None => top_frame(t, tstate)?,
+    let mut hints = cache.threads.remove(&tstate).unwrap_or_default();
+    let at = tstate + l.tstate_frame;
+    let mut asks: Vec<(u64, usize)> = vec![(at, 8)];
+    let entry_offset = cache.entry_offsets.iter().max_by_key(|e| *e.1).map(|e| *e.0).filter(|_| l.minor == 12);
+    if let Some(off) = l.cframe_current_frame {
+        // Each cframe's current frame and the cframe it was entered from,
+        // and its call's entry frame.
+        asks.extend(hints.cframes.iter().map(|c| (c + off, 16)));
+        if let Some(d) = entry_offset {
+            asks.extend(hints.cframes.iter().map(|&c| (c.wrapping_add(d as u64), size)));
+        }
+    }
+    // The pointers first: a frame copied after them is the one they name,
+    // or, if it returned meanwhile, still its content; one copied before
+    // may be what a short call pushed in its place had just replaced.
+    let first: Vec<u64> = asks.iter().map(|a| a.0).collect();
+    asks.extend(hints.chain.iter().take(MAX_DEPTH).map(|&a| (a, size)));
+    let snap = Snapshot::read(t, &asks, &first, !still);
+    // The cframe whose current frame the walk begins at, if known.
+    let mut named = None;
+    let top = match (snap.u64(at), l.cframe_current_frame) {
+        (Some(top), None) => top,
+        (Some(0), Some(_)) => 0,
+        (Some(cframe), Some(off)) => match current_frame(l, &snap, &hints.cframes, entry_offset, size, cframe, off) {
+            Some((c, top)) => {
+                named = Some(c);
+                top
+            }
+            None => {
+                hints.cframes.retain(|&c| c != cframe);
+                hints.cframes.insert(0, cframe);
+                hints.cframes.truncate(CFRAMES);
+                named = Some(cframe);
+                t.mem.u64(cframe + off)?
+            }
+        },
+        (None, _) => top_frame(t, tstate)?,
     };
     let from = if still { Top::Stopped } else { Top::Thread };
     let mut w = walk_from(t, cache, &snap, top, size, from)?;
+    if !w.top_shown && !snap.before.is_empty() {
+        // The innermost frame, copied after the pointer, was not the one
+        // it named (torn: another call's frame, or its locals, had taken
+        // its place) or was a shim (the caller of a short call that began
+        // meanwhile, 3.13+): the copy made just before the pointer was
+        // read is the one it named.
+        let again = walk_from(t, cache, &snap.earlier(), top, size, from)?;
+        if again.top_shown && again.end == End::Root {
+            w = again;
+        }
+    }
     if w.end == End::Torn && last_resort {
         // The stack moved on between the frame pointer and the frames: the
         // snapshot alone may still hold one whole stack. Every running
@@ -451,13 +562,79 @@ fn walk_once(
     // deeper frames of a stack that was shallower just now), bounded.
     let mut next = w.chain.clone();
     let have: HashSet<u64> = next.iter().copied().collect();
-    next.extend(hint.into_iter().filter(|a| !have.contains(a)));
+    next.extend(hints.chain.iter().copied().filter(|a| !have.contains(a)));
     next.truncate(HINT_FRAMES.max(w.chain.len()).min(MAX_DEPTH));
-    cache.chains.insert(tstate, next);
-    if cache.chains.len() > 4096 {
-        cache.chains.clear();
+    hints.chain = next;
+    if let (Some(c), Some(e), true) = (named, w.entry, l.minor == 12) {
+        // The walk began at the current frame of cframe `c`: the first
+        // entry frame it met is that call's own.
+        *cache.entry_offsets.entry(e.wrapping_sub(c) as i64).or_default() += 1;
+        if cache.entry_offsets.len() > 64 {
+            cache.entry_offsets.retain(|_, n| *n > 1);
+        }
+    }
+    cache.threads.insert(tstate, hints);
+    if cache.threads.len() > 4096 {
+        cache.threads.clear();
     }
     Ok(w)
+}
+
+/// The innermost frame of a thread whose cframe pointer (3.11-3.12) read
+/// `cframe`, and the cframe naming it, from the cframes of the same
+/// snapshot; `None` if that cframe was not asked for (first seen).
+///
+/// The pointer and the cframes are read a fraction of a microsecond apart,
+/// and a call of the interpreter from C (`__init__`, `__hash__`) may begin
+/// or end in between: the caller's cframe then still names the caller, or
+/// the callee's its entry frame. Both would charge the caller, and short
+/// calls from C lost most of their samples that way. So the cframes copied
+/// together in one range decide, at the instant of that copy: from the
+/// pointer's cframe, up to the cframe it was entered from while its
+/// current frame is its own entry frame (its call returned), down to a
+/// known cframe entered from it whose entry frame is a live entry frame
+/// whose caller is the current frame of the cframe above (a call began).
+/// Only on 3.12 once the entry frame's place is known (`entry_offset`); on
+/// 3.11 a returned cframe still names the callee's frame.
+fn current_frame(
+    l: &Layout,
+    snap: &Snapshot,
+    known: &[u64],
+    entry_offset: Option<i64>,
+    size: usize,
+    cframe: u64,
+    off: u64,
+) -> Option<(u64, u64)> {
+    let cur = |c: u64| snap.u64(c + off);
+    let previous = |c: u64| snap.frames.get(&(c + off)).filter(|b| b.len() >= 16).map(|b| rd_u64(b, 8));
+    let mut c = cframe;
+    let mut top = cur(c)?;
+    let Some(d) = entry_offset else { return Some((c, top)) };
+    let entry = |c: u64| c.wrapping_add(d as u64);
+    // The entry frame of cframe `k`'s call, if it is one (owned by the C
+    // stack) and was entered from frame `caller`.
+    let entered_from = |k: u64, caller: u64| {
+        let b = snap.frames.get(&entry(k)).filter(|b| b.len() >= size)?;
+        let owner = l.frame_owner.map(|o| b[o as usize])?;
+        (owner == FRAME_OWNED_BY_CSTACK && rd_u64(b, l.frame_previous as usize) == caller).then_some(())
+    };
+    for _ in 0..CFRAMES {
+        match previous(c).filter(|p| top == entry(c) && known.contains(p)) {
+            Some(p) => (c, top) = (p, cur(p)?),
+            None => break,
+        }
+    }
+    for _ in 0..CFRAMES {
+        let inner = known.iter().find_map(|&k| {
+            let f = cur(k).filter(|&f| f != 0 && f != entry(k))?;
+            (k != c && previous(k) == Some(c) && entered_from(k, top).is_some()).then_some((k, f))
+        });
+        match inner {
+            Some(next) => (c, top) = next,
+            None => break,
+        }
+    }
+    Some((c, top))
 }
 
 /// Where a walk's top (innermost) frame comes from, and so how far it is trusted.
@@ -478,7 +655,14 @@ enum Top {
 fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size: usize, from: Top) -> io::Result<Walk> {
     let l = &t.layout;
     let live = live_flag(l);
-    let mut w = Walk { frames: Vec::new(), end: End::Root, chain: Vec::new(), evals: Evals::default() };
+    let mut w = Walk {
+        frames: Vec::new(),
+        entry: None,
+        top_shown: false,
+        end: End::Root,
+        chain: Vec::new(),
+        evals: Evals::default(),
+    };
     let mut seen = HashSet::new();
     let mut f = top;
     let mut depth = 0;
@@ -494,7 +678,7 @@ fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size:
             break;
         }
         w.chain.push(f);
-        let b = match snap.frames.get(&f) {
+        let b = match snap.frames.get(&f).filter(|b| b.len() >= size) {
             Some(b) => b.clone(),
             None if from == Top::Snapshot => {
                 w.end = End::Torn;
@@ -524,6 +708,7 @@ fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size:
         // stack's frames are 4, the interpreter's base frame 3).
         let max_owner = if l.minor >= 14 { FRAME_OWNED_BY_CSTACK + 1 } else { FRAME_OWNED_BY_CSTACK };
         if l.minor >= 12 && owner.is_some_and(|o| (FRAME_OWNED_BY_CSTACK..=max_owner).contains(&o)) {
+            w.entry = w.entry.or(w.chain.last().copied());
             w.evals.close(w.frames.len());
             continue;
         }
@@ -554,6 +739,7 @@ fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size:
                 }
             };
             let line = e.lines.line(addr.clamp(0, u32::MAX as i64) as u32);
+            w.top_shown |= depth == 1;
             w.frames.push(Frame::Function { name: e.name.clone(), file: e.file.clone(), line: line as i64 });
         }
         if closes {
@@ -626,6 +812,9 @@ pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut 
 
 /// Walks per stack read, at most.
 const ATTEMPTS: u32 = 16;
+/// Cframes, and entry frames, remembered per thread (one per call of the
+/// interpreter from C on its stack, usually a few).
+const CFRAMES: usize = 16;
 /// Frame addresses remembered per thread beyond its last walk's.
 const HINT_FRAMES: usize = 256;
 

@@ -278,9 +278,13 @@ impl Target {
     /// Is the code object at `code` (named `name`, from `file`) one of the
     /// interpreter's own shims rather than Python code? `_Py_InitCleanup`,
     /// by address when exported, else by its name and file (both
-    /// `__init__`, which no Python file is).
+    /// `__init__`, which no Python file is); the `<interpreter trampoline>`
+    /// of entry frames (3.12+, file `<shim>`), met when an entry frame is
+    /// read as it is being left.
     pub fn is_shim_code(&self, code: u64, name: &str, file: &str) -> bool {
-        Some(code) == self.init_cleanup || (self.layout.minor >= 13 && name == "__init__" && file == "__init__")
+        Some(code) == self.init_cleanup
+            || (self.layout.minor >= 13 && name == "__init__" && file == "__init__")
+            || (self.layout.minor >= 12 && file == "<shim>")
     }
 
     pub(crate) fn open(pid: i32) -> Result<Target, Error> {

@@ -1,7 +1,9 @@
 """Call-heavy workloads for the stack reader tests.
 
 recurse: a loop calling a 20-deep recursion (22 frames with main and the
-module). deep N: a recursion N deep that stays there spinning.
+module). deep N: a recursion N deep that stays there spinning. from_c: a
+loop calling `Made.__init__` (which the interpreter calls from C) and
+`direct`, each about 5 us of work; the loop itself is a few percent.
 Prints "ready" once running; runs until killed."""
 import sys
 
@@ -21,11 +23,30 @@ def spin_at(n):
     return spin_at(n - 1)
 
 
+class Made:
+    def __init__(self, n):
+        s = 0
+        for i in range(n):
+            s += i
+        self.s = s
+
+
+def direct(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+
+
 def main():
     if sys.argv[1] == "deep":
         sys.setrecursionlimit(int(sys.argv[2]) + 100)
         spin_at(int(sys.argv[2]))
     print("ready", flush=True)
+    if sys.argv[1] == "from_c":
+        while True:
+            Made(300)
+            direct(300)
     while True:
         recurse(19)
 
