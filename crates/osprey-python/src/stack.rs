@@ -507,7 +507,12 @@ fn walk_once(
     // may be what a short call pushed in its place had just replaced.
     let first: Vec<u64> = asks.iter().map(|a| a.0).collect();
     asks.extend(hints.chain.iter().take(MAX_DEPTH).map(|&a| (a, size)));
-    let snap = Snapshot::read(t, &asks, &first, !still);
+    // A copy before the pointers too (see below), where frames live in a
+    // frame stack (3.11+); 3.8-3.10's frame objects come from free lists
+    // that hand a frame to another depth, and an earlier copy of one
+    // walked the 20-deep recursion to a wrong outermost frame (97-99%).
+    let twice = !still && live.is_none();
+    let snap = Snapshot::read(t, &asks, &first, twice);
     // The cframe whose current frame the walk begins at, if known.
     let mut named = None;
     let top = match (snap.u64(at), l.cframe_current_frame) {
