@@ -193,9 +193,14 @@ impl Discovery {
         }
         reg.for_each_active(|_, rec| {
             let tid = rec.tid.load(Relaxed);
+            // The listing can skip a live thread while others start or exit
+            // (its cursor is a position in a list that changes): a record is
+            // retired only once the thread is gone for the kernel too (a
+            // null signal finds no such thread).
             if rec.state() == RecordState::Claimed
                 && rec.registered_ns.load(Relaxed) < started
                 && tids.binary_search(&tid).is_err()
+                && sys::tgkill(pid, tid, 0) == -(libc::ESRCH as i64)
             {
                 cpu_clock::disarm(rec);
                 reg.retire(tid);
