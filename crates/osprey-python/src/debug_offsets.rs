@@ -523,6 +523,7 @@ impl DebugOffsets {
             frame_is_entry: None,
             frame_live: None,
             code_zombieframe: None,
+            tstate_recursion_depth: None,
             frame_size_to_read: 0,
             instr_kind: InstrKind::Pointer,
             code_filename: g("code_object.filename")?,

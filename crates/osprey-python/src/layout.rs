@@ -63,6 +63,9 @@ pub struct Layout {
     pub tstate_native_thread_id: Option<u64>,
     /// `frame` (3.8–3.10), `cframe` (3.11–3.12), `current_frame` (3.13).
     pub tstate_frame: u64,
+    /// `recursion_depth` in `PyThreadState` (3.8-3.10): the calls of the
+    /// evaluation function under way, one per frame of a Python stack.
+    pub tstate_recursion_depth: Option<u64>,
     /// `_PyCFrame.current_frame` (3.11–3.12): tstate_frame is a pointer to a cframe.
     pub cframe_current_frame: Option<u64>,
     /// The code object (`f_code`, `f_executable`) in a frame.
@@ -162,6 +165,7 @@ impl Layout {
             frame_is_entry: None,
             frame_live: None,
             code_zombieframe: None,
+            tstate_recursion_depth: None,
             frame_size_to_read: 0,
             instr_kind: InstrKind::Pointer,
             code_filename: 0,
@@ -199,6 +203,7 @@ impl Layout {
                 (l.runtime_autotsskey, l.runtime_gil) = if minor == 8 { (1392, Some(1152)) } else { (584, Some(352)) };
                 l.tstate_thread_id = 176;
                 l.tstate_frame = 24;
+                l.tstate_recursion_depth = Some(32);
                 l.frame_code = 32;
                 l.frame_previous = 24;
                 l.frame_instr = if minor == 10 { 96 } else { 104 };

@@ -1,7 +1,7 @@
 //! Python stacks: frame chains, code objects (cached, invalidated when an
 //! address is reused), strings and line tables of every supported version.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 
 use osprey_pprof::Frame;
@@ -201,6 +201,9 @@ struct CodeEntry {
 #[derive(Default)]
 pub struct CodeCache {
     map: HashMap<u64, CodeEntry>,
+    /// 3.14+: the end of each cached code object's bytecode (which it
+    /// holds inline), by the code object's address.
+    spans: BTreeMap<u64, u64>,
     /// Code objects read from the target (not found, or stale, in the cache).
     pub misses: u64,
     /// Per thread state, what its previous walks found (see [`Snapshot`]).
@@ -219,6 +222,9 @@ struct Hints {
     chain: Vec<u64>,
     /// Cframes its frame pointer named (3.11-3.12), the latest first.
     cframes: Vec<u64>,
+    /// Code objects of its last walk's frames (3.8-3.10), whose zombie
+    /// frame slots are copied last.
+    codes: Vec<u64>,
 }
 
 pub(crate) enum FrameErr {
@@ -267,10 +273,21 @@ impl CodeCache {
             };
             if self.map.len() > 100_000 {
                 self.map.clear();
+                self.spans.clear();
+            }
+            if let (Some(adaptive), true) = (l.code_code_adaptive, l.minor >= 14) {
+                let units = rd_u64(&b, l.object_type as usize + 8);
+                self.spans.insert(code, code + adaptive + 2 * units.min(1 << 24));
             }
             self.map.insert(code, CodeEntry { key, name, file, lines });
         }
         Ok(self.map.get(&code))
+    }
+
+    /// The cached code object whose bytecode holds `instr` (3.14+).
+    fn code_at(&self, instr: u64) -> Option<u64> {
+        let (&code, &end) = self.spans.range(..=instr).next_back()?;
+        (instr < end).then_some(code)
     }
 }
 
@@ -300,15 +317,17 @@ fn live_flag(l: &Layout) -> Option<LiveFlag> {
 
 /// Whether `frame` (copied in `b`, no longer running) is the zombie frame of
 /// its own code object (3.8-3.10, [`Layout::code_zombieframe`]): such a
-/// frame is only ever reused for a call of that code object, so its code
-/// object and caller are those of the call that just returned. The thread's
-/// innermost frame when its pointer was read may be trusted that way: a
-/// short function that returned during the copy still counts for the time
-/// it ran.
-fn own_zombie(t: &Target, frame: u64, b: &[u8]) -> bool {
+/// frame is only ever reused for a call of that code object, and keeps its
+/// code object and caller until then, so they are those of the call that
+/// just returned. A frame named by the thread's pointer, or by a running
+/// frame as its caller, may be trusted that way: a short function that
+/// returned during the copy still counts for the time it ran. The code
+/// object's slot is read from the snapshot, where the slots of the codes
+/// of the thread's previous walk are copied after its frames.
+fn own_zombie(t: &Target, snap: &Snapshot, frame: u64, b: &[u8]) -> bool {
     let Some(off) = t.layout.code_zombieframe else { return false };
     let code = rd_u64(b, t.layout.frame_code as usize);
-    code != 0 && t.mem.u64(code + off).is_ok_and(|z| z == frame)
+    code != 0 && snap.u64(code + off).map_or_else(|| t.mem.u64(code + off).ok(), Some) == Some(frame)
 }
 
 /// How a walk ended.
@@ -334,6 +353,11 @@ struct Walk {
     top_shown: bool,
     /// Addresses of the frames visited, innermost first.
     chain: Vec<u64>,
+    /// The code object field of each frame read, innermost first.
+    codes: Vec<u64>,
+    /// A frame that was not running when copied was shown, the thread
+    /// running (3.8-3.10).
+    trusted: bool,
     end: End,
     evals: Evals,
 }
@@ -372,49 +396,53 @@ impl Evals {
 /// as it can be: frames in the same or adjacent pages are read as one (a
 /// frame stack, or a C stack's cframes, in one copy), never a page nothing
 /// was asked from (it may be a guard page, which would end the read).
+///
+/// Nothing the thread writes is copied before its frame pointer: the copy
+/// takes those cache lines from the thread, whose next writes to them then
+/// stall. Calls write a new frame's lines, so a copy of the frame stack
+/// just before the pointer stretched them: the pointer then named the
+/// caller more often than it runs (a 3-level call loop on 3.13, the sampler
+/// on another CPU: the innermost at 25-29% of the samples against 36-41% by
+/// py-spy's non-stopping reads, the outermost loop at 15-18% against 7%).
 struct Snapshot {
     /// Copies by address, of the length asked.
     frames: HashMap<u64, Vec<u8>>,
-    /// With `twice`: copies of the same frames made before the pointers.
-    before: HashMap<u64, Vec<u8>>,
 }
 
 impl Snapshot {
-    /// Reads `asks` (address, length); the ranges holding an address of
-    /// `first` are copied before the others. With `twice`, the others are
-    /// also copied once before them (into [`Snapshot::before`]).
-    fn read(t: &Target, asks: &[(u64, usize)], first: &[u64], twice: bool) -> Snapshot {
+    /// Reads `asks` (address, length). The ranges are copied in the order
+    /// of the first ask each holds.
+    fn read(t: &Target, asks: &[(u64, usize)]) -> Snapshot {
         const PAGE: u64 = 4096;
         const MAX_RANGE: u64 = 256 << 10;
-        let mut asks: Vec<(u64, usize)> = asks.iter().copied().filter(|a| a.0 != 0 && a.1 > 0).collect();
+        // The kernel takes at most `UIO_MAXIOV` iovecs a call.
+        const MAX_IOV: usize = 1024;
+        // (address, length, rank in `asks`), in address order.
+        let mut asks: Vec<(u64, usize, usize)> =
+            asks.iter().enumerate().filter(|a| a.1 .0 != 0 && a.1 .1 > 0).map(|(i, a)| (a.0, a.1, i)).collect();
         asks.sort_unstable();
-        // (start, end) of each range, in address order.
-        let mut ranges: Vec<(u64, u64)> = Vec::new();
-        for &(a, n) in &asks {
+        // (start, end, first rank) of each range, in address order.
+        let mut ranges: Vec<(u64, u64, usize)> = Vec::new();
+        for &(a, n, i) in &asks {
             let end = a.saturating_add(n as u64);
             match ranges.last_mut() {
-                Some(r) if a / PAGE <= (r.1 - 1) / PAGE + 1 && end.max(r.1) - r.0 <= MAX_RANGE => r.1 = r.1.max(end),
-                _ => ranges.push((a, end)),
+                Some(r) if a / PAGE <= (r.1 - 1) / PAGE + 1 && end.max(r.1) - r.0 <= MAX_RANGE => {
+                    r.1 = r.1.max(end);
+                    r.2 = r.2.min(i);
+                }
+                _ => ranges.push((a, end, i)),
             }
         }
-        // The kernel takes at most `UIO_MAXIOV` (1024) iovecs a call.
-        ranges.truncate(if twice { 340 } else { 1024 });
-        // The copies, in order: (range, into `before`).
-        let is_first = |r: &(u64, u64)| first.iter().any(|&a| r.0 <= a && a < r.1);
-        let (heads, rest): (Vec<usize>, Vec<usize>) = (0..ranges.len()).partition(|&k| is_first(&ranges[k]));
-        let mut order: Vec<(usize, bool)> = Vec::with_capacity(ranges.len() + rest.len());
-        if twice {
-            order.extend(rest.iter().map(|&k| (k, true)));
-        }
-        order.extend(heads.iter().map(|&k| (k, false)));
-        order.extend(rest.iter().map(|&k| (k, false)));
-        let mut bufs: Vec<Vec<u8>> =
-            order.iter().map(|&(k, _)| vec![0u8; (ranges[k].1 - ranges[k].0) as usize]).collect();
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        order.sort_unstable_by_key(|&k| ranges[k].2);
+        // What does not fit is what was asked last.
+        order.truncate(MAX_IOV);
+        let mut bufs: Vec<Vec<u8>> = order.iter().map(|&k| vec![0u8; (ranges[k].1 - ranges[k].0) as usize]).collect();
         let local: Vec<libc::iovec> =
             bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
         let remote: Vec<libc::iovec> = order
             .iter()
-            .map(|&(k, _)| {
+            .map(|&k| {
                 let r = ranges[k];
                 libc::iovec { iov_base: r.0 as usize as *mut libc::c_void, iov_len: (r.1 - r.0) as usize }
             })
@@ -427,32 +455,23 @@ impl Snapshot {
         // The kernel stops at the first remote iovec it cannot read: only
         // what came whole before it counts.
         let mut left = n.max(0) as u64;
-        let (mut frames, mut before) = (HashMap::with_capacity(asks.len()), HashMap::new());
-        for (&(k, early), b) in order.iter().zip(&bufs) {
+        let mut frames = HashMap::with_capacity(asks.len());
+        for (&k, b) in order.iter().zip(&bufs) {
             let r = ranges[k];
             if left < r.1 - r.0 {
                 break;
             }
             left -= r.1 - r.0;
-            let into = if early { &mut before } else { &mut frames };
             let from = asks.partition_point(|a| a.0 < r.0);
-            for &(a, n) in asks[from..].iter().take_while(|a| a.0 < r.1) {
+            for &(a, n, _) in asks[from..].iter().take_while(|a| a.0 < r.1) {
                 let at = (a - r.0) as usize;
-                let e: &mut Vec<u8> = into.entry(a).or_default();
+                let e: &mut Vec<u8> = frames.entry(a).or_default();
                 if n > e.len() {
                     *e = b[at..at + n].to_vec();
                 }
             }
         }
-        Snapshot { frames, before }
-    }
-
-    /// The same snapshot with the copies made before the pointers, where
-    /// there are some.
-    fn earlier(&self) -> Snapshot {
-        let mut frames = self.frames.clone();
-        frames.extend(self.before.iter().map(|(a, b)| (*a, b.clone())));
-        Snapshot { frames, before: HashMap::new() }
+        Snapshot { frames }
     }
 
     /// The pointer at `addr`, if it was asked for (or lies in what was).
@@ -493,6 +512,9 @@ fn walk_once(
     let mut hints = cache.threads.remove(&tstate).unwrap_or_default();
     let at = tstate + l.tstate_frame;
     let mut asks: Vec<(u64, usize)> = vec![(at, 8)];
+    // Copied with the pointer, in the same range.
+    let depth_at = l.tstate_recursion_depth.map(|o| tstate + o);
+    asks.extend(depth_at.map(|a| (a, 4)));
     let entry_offset = cache.entry_offsets.iter().max_by_key(|e| *e.1).map(|e| *e.0).filter(|_| l.minor == 12);
     if let Some(off) = l.cframe_current_frame {
         // Each cframe's current frame and the cframe it was entered from,
@@ -503,16 +525,15 @@ fn walk_once(
         }
     }
     // The pointers first: a frame copied after them is the one they name,
-    // or, if it returned meanwhile, still its content; one copied before
-    // may be what a short call pushed in its place had just replaced.
-    let first: Vec<u64> = asks.iter().map(|a| a.0).collect();
+    // or, if it returned meanwhile, still its content (or, 3.8-3.10 and
+    // 3.14+, enough of it to tell).
     asks.extend(hints.chain.iter().take(MAX_DEPTH).map(|&a| (a, size)));
-    // A copy before the pointers too (see below), where frames live in a
-    // frame stack (3.11+); 3.8-3.10's frame objects come from free lists
-    // that hand a frame to another depth, and an earlier copy of one
-    // walked the 20-deep recursion to a wrong outermost frame (97-99%).
-    let twice = !still && live.is_none();
-    let snap = Snapshot::read(t, &asks, &first, twice);
+    // Last, whether a frame that returned is its code's zombie frame
+    // ([`own_zombie`]): a frame copied after it returned is then one.
+    if let Some(off) = l.code_zombieframe.filter(|_| !still) {
+        asks.extend(hints.codes.iter().map(|&c| (c + off, 8)));
+    }
+    let snap = Snapshot::read(t, &asks);
     // The cframe whose current frame the walk begins at, if known.
     let mut named = None;
     let top = match (snap.u64(at), l.cframe_current_frame) {
@@ -535,16 +556,22 @@ fn walk_once(
     };
     let from = if still { Top::Stopped } else { Top::Thread };
     let mut w = walk_from(t, cache, &snap, top, size, from)?;
-    if !w.top_shown && !snap.before.is_empty() {
+    let depth = depth_at.and_then(|a| snap.frames.get(&a)).map(|b| rd_u32(b, 0) as usize);
+    if w.trusted && w.end == End::Root && !depth.is_some_and(|d| (w.chain.len()..=w.chain.len() + 1).contains(&d)) {
+        // A frame that returned was shown, and the walk through it is not
+        // as deep as the stack was when its pointer was read: a frame of
+        // the free list, handed to another depth since, took a part in it.
+        // (The depth counts a frame's call of a C type too, `range(n)`:
+        // one more than the frames.) The 20-deep recursion test found
+        // 2-3% of such walks with a wrong outermost frame without this.
+        w.end = End::Torn;
+    }
+    if !still && !w.top_shown && !w.frames.is_empty() && w.end == End::Root {
         // The innermost frame, copied after the pointer, was not the one
-        // it named (torn: another call's frame, or its locals, had taken
-        // its place) or was a shim (the caller of a short call that began
-        // meanwhile, 3.13+): the copy made just before the pointer was
-        // read is the one it named.
-        let again = walk_from(t, cache, &snap.earlier(), top, size, from)?;
-        if again.top_shown && again.end == End::Root {
-            w = again;
-        }
+        // it named (another call's frame, or its locals, had taken its
+        // place: shown, its caller would be) or was a shim (the caller of
+        // a short call that began meanwhile, 3.13+): read again.
+        w.end = End::Torn;
     }
     if w.end == End::Torn && last_resort {
         // The stack moved on between the frame pointer and the frames: the
@@ -570,6 +597,12 @@ fn walk_once(
     next.extend(hints.chain.iter().copied().filter(|a| !have.contains(a)));
     next.truncate(HINT_FRAMES.max(w.chain.len()).min(MAX_DEPTH));
     hints.chain = next;
+    if l.code_zombieframe.is_some() {
+        // This walk's code objects first, then earlier walks', bounded.
+        let mut have = HashSet::new();
+        let codes = w.codes.iter().chain(&hints.codes).copied().filter(|&c| c != 0 && have.insert(c));
+        hints.codes = codes.take(HINT_FRAMES).collect();
+    }
     if let (Some(c), Some(e), true) = (named, w.entry, l.minor == 12) {
         // The walk began at the current frame of cframe `c`: the first
         // entry frame it met is that call's own.
@@ -599,8 +632,9 @@ fn walk_once(
 /// current frame is its own entry frame (its call returned), down to a
 /// known cframe entered from it whose entry frame is a live entry frame
 /// whose caller is the current frame of the cframe above (a call began).
-/// Only on 3.12 once the entry frame's place is known (`entry_offset`); on
-/// 3.11 a returned cframe still names the callee's frame.
+/// On 3.12 once the entry frame's place is known (`entry_offset`). On 3.11,
+/// which has no entry frames, only down, to a cframe whose current frame
+/// descends from a first frame (`is_entry`) entered from the current frame.
 fn current_frame(
     l: &Layout,
     snap: &Snapshot,
@@ -614,6 +648,34 @@ fn current_frame(
     let previous = |c: u64| snap.frames.get(&(c + off)).filter(|b| b.len() >= 16).map(|b| rd_u64(b, 8));
     let mut c = cframe;
     let mut top = cur(c)?;
+    if let Some(ie) = l.frame_is_entry {
+        // 3.11 has no entry frames: a call from C marks its first frame.
+        // Only "down" can be told: a known cframe entered from the current
+        // one, whose current frame descends from a first frame entered
+        // from the current frame above. (A returned cframe still names
+        // its call's frame, as it did when the pointer was read.)
+        let entered_from = |mut f: u64, caller: u64| {
+            for _ in 0..64 {
+                let b = snap.frames.get(&f).filter(|b| b.len() >= size)?;
+                if b[ie as usize] != 0 {
+                    return (rd_u64(b, l.frame_previous as usize) == caller).then_some(());
+                }
+                f = rd_u64(b, l.frame_previous as usize);
+            }
+            None
+        };
+        for _ in 0..CFRAMES {
+            let inner = known.iter().find_map(|&k| {
+                let f = cur(k).filter(|&f| f != 0)?;
+                (k != c && previous(k) == Some(c) && entered_from(f, top).is_some()).then_some((k, f))
+            });
+            match inner {
+                Some(next) => (c, top) = next,
+                None => break,
+            }
+        }
+        return Some((c, top));
+    }
     let Some(d) = entry_offset else { return Some((c, top)) };
     let entry = |c: u64| c.wrapping_add(d as u64);
     // The entry frame of cframe `k`'s call, if it is one (owned by the C
@@ -645,7 +707,7 @@ fn current_frame(
 /// Where a walk's top (innermost) frame comes from, and so how far it is trusted.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Top {
-    /// The thread's frame pointer, the thread running: the frame must be
+    /// The thread's frame pointer, the thread running: each frame must be
     /// running (or its code object's zombie frame, 3.8-3.10).
     Thread,
     /// The frame pointer of a stopped thread: its own, running or being
@@ -666,12 +728,27 @@ fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size:
         top_shown: false,
         end: End::Root,
         chain: Vec::new(),
+        codes: Vec::new(),
+        trusted: false,
         evals: Evals::default(),
     };
     let mut seen = HashSet::new();
     let mut f = top;
     let mut depth = 0;
     let torn = |e: io::Error| if e.raw_os_error() == Some(libc::ESRCH) { Err(e) } else { Ok(End::Torn) };
+    // A frame's copy: the snapshot's, or read now (`None`: neither).
+    let copy = |f: u64| -> io::Result<Option<Vec<u8>>> {
+        match snap.frames.get(&f).filter(|b| b.len() >= size) {
+            Some(b) => Ok(Some(b.clone())),
+            None if from == Top::Snapshot => Ok(None),
+            None => t.mem.read_vec(f, size).map(Some),
+        }
+    };
+    let running = |b: &[u8]| live.is_none_or(|(o, is_live)| is_live(b[o]));
+    // The next frame's copy, when it was read to decide on this one.
+    let mut ahead: Option<(u64, Vec<u8>)> = None;
+    // Frames from the innermost on that had been popped when copied.
+    let mut cleared = 0;
     while f != 0 {
         depth += 1;
         if depth > MAX_DEPTH {
@@ -683,30 +760,59 @@ fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size:
             break;
         }
         w.chain.push(f);
-        let b = match snap.frames.get(&f).filter(|b| b.len() >= size) {
-            Some(b) => b.clone(),
-            None if from == Top::Snapshot => {
-                w.end = End::Torn;
-                break;
-            }
-            None => match t.mem.read_vec(f, size) {
-                Ok(b) => b,
+        let b = match ahead.take().filter(|a| a.0 == f) {
+            Some((_, b)) => b,
+            None => match copy(f) {
+                Ok(Some(b)) => b,
+                Ok(None) => {
+                    w.end = End::Torn;
+                    break;
+                }
                 Err(e) => {
                     w.end = torn(e)?;
                     break;
                 }
             },
         };
-        let own_top = depth == 1 && (from == Top::Stopped || from == Top::Thread && own_zombie(t, f, &b));
-        if live.is_some_and(|(o, is_live)| !is_live(b[o])) && !own_top {
-            w.end = End::Torn;
-            break;
+        w.codes.push(rd_u64(&b, l.frame_code as usize));
+        if !running(&b) {
+            // Not running when copied, but trusted: a stopped thread's own
+            // innermost frame; or, named by the running thread or by a
+            // running frame, a frame that returned (or was being entered)
+            // during the copy, shown if it is its code's zombie frame or
+            // its own caller was running when copied. A returned frame
+            // keeps its code object and caller until reused, unless the
+            // free list takes it, which puts a free frame in its caller's
+            // place (never running: the next free frame is not handed out
+            // before it).
+            let caller = rd_u64(&b, l.frame_previous as usize);
+            let mut caller_running = || {
+                let c = copy(caller).ok().flatten().filter(|c| running(c))?;
+                ahead = Some((caller, c));
+                Some(())
+            };
+            let trusted = depth == 1 && from == Top::Stopped
+                || from == Top::Thread && (own_zombie(t, snap, f, &b) || caller != 0 && caller_running().is_some());
+            if !trusted {
+                w.end = End::Torn;
+                break;
+            }
+            w.trusted |= from == Top::Thread;
         }
         let code_raw = rd_u64(&b, l.frame_code as usize);
-        // 3.14+: `f_executable` is a stack reference, its low bits a tag.
-        let code = code_raw & !7;
-        let prev = rd_u64(&b, l.frame_previous as usize);
         let instr_raw = rd_u64(&b, l.frame_instr as usize);
+        // 3.14+: `f_executable` is a stack reference, its low bits a tag.
+        let mut code = code_raw & !7;
+        if code == 0 && cleared + 1 == depth && l.minor >= 14 && from != Top::Snapshot {
+            // The innermost frame (or the caller of popped frames only)
+            // returned after its pointer was read: 3.14+ clears its code
+            // object reference when it pops it, but not its caller nor its
+            // instruction pointer, into the code object's inline bytecode,
+            // which tells the code object if it is cached.
+            cleared += 1;
+            code = cache.code_at(instr_raw).unwrap_or(0);
+        }
+        let prev = rd_u64(&b, l.frame_previous as usize);
         let owner = l.frame_owner.map(|o| b[o as usize]);
         f = prev;
         // Highest owner value a frame can have: 3.14 added one (the C

@@ -97,14 +97,13 @@ fn recursion_loop_keeps_samples_and_outermost_frames() {
 /// pointer and the frame it names are read a fraction of a microsecond
 /// apart, and a call that began or ended in between once put the sample on
 /// the caller (the loop, 1-3% of the time, took 41% of the samples on 3.12
-/// through calls from C, 35% on 3.13 through `__init__`'s shim frame).
-/// 3.11 is measured, not held to it: a cframe whose call returned still
-/// names that call's frame, so the reader cannot tell it from a live one
-/// (15% there).
+/// through calls from C, 35% on 3.13 through `__init__`'s shim frame);
+/// it is held under 8%. 3.8-3.11 are held to it too (3.11 gave 7-26% until a cframe entered
+/// from the pointer's was followed down to its call's first frame).
 #[test]
 fn short_calls_keep_their_share() {
     let mut failures = Vec::new();
-    for v in ["3.11", "3.12", "3.13", "forky-3.14", "forky-3.15"] {
+    for v in ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "forky-3.14", "forky-3.15"] {
         let Some(py) = common::python(v) else { continue };
         for attempt in 0..2 {
             let _slots = common::slots(common::SLOTS);
@@ -123,7 +122,49 @@ fn short_calls_keep_their_share() {
                 share("main")
             );
             eprintln!("{line}");
-            if share("main") < 15.0 || v == "3.11" {
+            if share("main") < 8.0 {
+                break;
+            }
+            if attempt == 1 {
+                failures.push(line);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Nested short calls keep their shares in the default mode. A frame that
+/// returned while the stack was copied is still shown when it can be told
+/// apart from a reused one: 3.8-3.10, its code's zombie frame or its caller
+/// still running, the walk as deep as the thread's recursion depth said;
+/// 3.14+, its code object found from its instruction pointer. `c`, the
+/// innermost of `a -> b -> c` (each a microsecond or less), is compared
+/// with a read of the stopped thread, on the same process: once such reads
+/// were dropped and retried, which gave `c` half to three quarters of its
+/// share (3.9: 18-27% against 35%; 3.15: 21-25% against 38-41%).
+#[test]
+fn nested_calls_match_a_stopped_read() {
+    let mut failures = Vec::new();
+    for v in ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "forky-3.14", "forky-3.15"] {
+        let Some(py) = common::python(v) else { continue };
+        // 600 samples a read: `c`'s share has about 2 points of standard
+        // deviation, and varies more between runs on shared cores.
+        for attempt in 0..2 {
+            let _slots = common::slots(common::SLOTS);
+            let w = start(&py, &["chain"]);
+            let shares = |blocking| {
+                let (profiles, _) = collect_with(w.pid(), 200, 3.0, blocking);
+                let mut flat = std::collections::HashMap::<String, i64>::new();
+                for s in profiles.iter().flat_map(|p| &p.samples) {
+                    *flat.entry(s.frames.first().map(name).unwrap_or("").to_string()).or_default() += s.values[1];
+                }
+                let total = flat.values().sum::<i64>().max(1) as f64;
+                ["a", "b", "c"].map(|f| 100.0 * flat.get(f).copied().unwrap_or(0) as f64 / total)
+            };
+            let (read, stopped) = (shares(false), shares(true));
+            let line = format!("{v}: a b c {read:.1?} read, {stopped:.1?} stopped");
+            eprintln!("{line}");
+            if read[2] >= 0.8 * stopped[2] {
                 break;
             }
             if attempt == 1 {

@@ -4,6 +4,7 @@ recurse: a loop calling a 20-deep recursion (22 frames with main and the
 module). deep N: a recursion N deep that stays there spinning. from_c: a
 loop calling `Made.__init__` (which the interpreter calls from C) and
 `direct`, each about 5 us of work; the loop itself is a few percent.
+chain: a loop calling a -> b -> c, each a microsecond or less of work.
 Prints "ready" once running; runs until killed."""
 import sys
 
@@ -38,11 +39,30 @@ def direct(n):
     return s
 
 
+def c(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+
+
+def b(n):
+    return c(n) + sum(range(n))
+
+
+def a(n):
+    return b(n) + len(str(n))
+
+
 def main():
     if sys.argv[1] == "deep":
         sys.setrecursionlimit(int(sys.argv[2]) + 100)
         spin_at(int(sys.argv[2]))
     print("ready", flush=True)
+    if sys.argv[1] == "chain":
+        while True:
+            for i in range(200):
+                a(i % 20)
     if sys.argv[1] == "from_c":
         while True:
             Made(300)
