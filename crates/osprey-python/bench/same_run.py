@@ -9,7 +9,8 @@ same duration; the flat shares of the workload's functions are compared
       [--workload calls|mixed] [--secs 10] [--hz 100]
 
 Workloads: `calls`, a 3-level call loop (a -> b -> c, each doing a little
-work: where a sampler that drops torn stacks under-counts the innermost);
+work: where a sampler that drops torn stacks under-counts the innermost;
+`chain` of tests/py/calls.py);
 `mixed`, CPU in two functions beside file I/O and sleeps."""
 import argparse
 import os
@@ -19,22 +20,9 @@ import sys
 import tempfile
 import time
 
+CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "py", "calls.py")
 WORKLOADS = {
-    "calls": '''
-def c(n):
-    s = 0
-    for i in range(n):
-        s += i
-    return s
-def b(n):
-    return c(n) + sum(range(n))
-def a(n):
-    return b(n) + len(str(n))
-print("ready", flush=True)
-while True:
-    for i in range(200):
-        a(i % 20)
-''',
+    "calls": None,
     "mixed": '''
 import os, tempfile, time
 def crunch(n):
@@ -104,9 +92,12 @@ def main():
     ap.add_argument("--blocking", action="store_true", help="osprey attach --blocking")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
-    src = os.path.join(tmp, "w.py")
-    open(src, "w").write(WORKLOADS[args.workload])
-    p = subprocess.Popen([args.python, src], stdout=subprocess.PIPE)
+    if args.workload == "calls":
+        argv = [CALLS, "chain"]
+    else:
+        argv = [os.path.join(tmp, "w.py")]
+        open(argv[0], "w").write(WORKLOADS[args.workload])
+    p = subprocess.Popen([args.python] + argv, stdout=subprocess.PIPE)
     assert p.stdout.readline().strip() == b"ready"
     out, raw = os.path.join(tmp, "osprey"), os.path.join(tmp, "pyspy.txt")
     secs = str(int(args.secs))
