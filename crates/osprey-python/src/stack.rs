@@ -923,8 +923,8 @@ pub fn read_stack(t: &Target, cache: &mut CodeCache, tstate: u64, retries: &mut 
 
 /// Walks per stack read, at most.
 const ATTEMPTS: u32 = 16;
-/// Cframes, and entry frames, remembered per thread (one per call of the
-/// interpreter from C on its stack, usually a few).
+/// Cframes remembered per thread (one per call of the interpreter from C
+/// on its stack, usually a few), and moves up or down among them at most.
 const CFRAMES: usize = 16;
 /// Frame addresses remembered per thread beyond its last walk's.
 const HINT_FRAMES: usize = 256;
