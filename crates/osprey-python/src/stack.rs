@@ -315,19 +315,20 @@ fn live_flag(l: &Layout) -> Option<LiveFlag> {
     l.frame_live.map(|o| (o as usize, is_live))
 }
 
-/// Whether `frame` (copied in `b`, no longer running) is the zombie frame of
-/// its own code object (3.8-3.10, [`Layout::code_zombieframe`]): such a
-/// frame is only ever reused for a call of that code object, and keeps its
-/// code object and caller until then, so they are those of the call that
-/// just returned. A frame named by the thread's pointer, or by a running
-/// frame as its caller, may be trusted that way: a short function that
-/// returned during the copy still counts for the time it ran. The code
-/// object's slot is read from the snapshot, where the slots of the codes
-/// of the thread's previous walk are copied after its frames.
-fn own_zombie(t: &Target, snap: &Snapshot, frame: u64, b: &[u8]) -> bool {
-    let Some(off) = t.layout.code_zombieframe else { return false };
+/// The zombie frame slot of the code object of a frame copied in `b`
+/// (3.8-3.10, [`Layout::code_zombieframe`]): the frame the interpreter
+/// keeps for that code object's next call, or 0 while it is in use. Read
+/// from the snapshot, where the slots of the codes of the thread's previous
+/// walk are copied after its frames.
+///
+/// A frame that returned keeps its code object and caller until reused,
+/// and its code's zombie frame is only ever reused for a call of that code
+/// object: so a frame that is (or, its slot taken, was) its code's zombie
+/// still says which call it ran.
+fn zombie_slot(t: &Target, snap: &Snapshot, b: &[u8]) -> Option<u64> {
+    let off = t.layout.code_zombieframe?;
     let code = rd_u64(b, t.layout.frame_code as usize);
-    code != 0 && snap.u64(code + off).map_or_else(|| t.mem.u64(code + off).ok(), Some) == Some(frame)
+    (code != 0).then(|| snap.u64(code + off).map_or_else(|| t.mem.u64(code + off).ok(), Some))?
 }
 
 /// How a walk ended.
@@ -358,6 +359,8 @@ struct Walk {
     /// A frame that was not running when copied was shown, the thread
     /// running (3.8-3.10).
     trusted: bool,
+    /// The last frame read was running when copied.
+    last_running: bool,
     end: End,
     evals: Evals,
 }
@@ -557,13 +560,16 @@ fn walk_once(
     let from = if still { Top::Stopped } else { Top::Thread };
     let mut w = walk_from(t, cache, &snap, top, size, from)?;
     let depth = depth_at.and_then(|a| snap.frames.get(&a)).map(|b| rd_u32(b, 0) as usize);
-    if w.trusted && w.end == End::Root && !depth.is_some_and(|d| (w.chain.len()..=w.chain.len() + 1).contains(&d)) {
+    let deep_enough = depth.is_some_and(|d| (w.chain.len()..=w.chain.len() + 1).contains(&d));
+    if w.trusted && w.end == End::Root && !(deep_enough && w.last_running) {
         // A frame that returned was shown, and the walk through it is not
-        // as deep as the stack was when its pointer was read: a frame of
-        // the free list, handed to another depth since, took a part in it.
-        // (The depth counts a frame's call of a C type too, `range(n)`:
-        // one more than the frames.) The 20-deep recursion test found
-        // 2-3% of such walks with a wrong outermost frame without this.
+        // as deep as the stack was when its pointer was read, or does not
+        // end at a running outermost frame: a frame of the free list,
+        // handed to another depth since, took a part in it, or its link to
+        // the next free frame was followed. (The depth counts a frame's
+        // call of a C type too, `range(n)`: one more than the frames.)
+        // The 20-deep recursion test found 2-3% of such walks with a wrong
+        // outermost frame without the depth, 0.5% without the end.
         w.end = End::Torn;
     }
     if !still && !w.top_shown && !w.frames.is_empty() && w.end == End::Root {
@@ -730,6 +736,7 @@ fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size:
         chain: Vec::new(),
         codes: Vec::new(),
         trusted: false,
+        last_running: false,
         evals: Evals::default(),
     };
     let mut seen = HashSet::new();
@@ -775,24 +782,31 @@ fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size:
             },
         };
         w.codes.push(rd_u64(&b, l.frame_code as usize));
-        if !running(&b) {
+        w.last_running = running(&b);
+        if !w.last_running {
             // Not running when copied, but trusted: a stopped thread's own
             // innermost frame; or, named by the running thread or by a
             // running frame, a frame that returned (or was being entered)
-            // during the copy, shown if it is its code's zombie frame or
-            // its own caller was running when copied. A returned frame
-            // keeps its code object and caller until reused, unless the
-            // free list takes it, which puts a free frame in its caller's
-            // place (never running: the next free frame is not handed out
-            // before it).
+            // during the copy ([`zombie_slot`]), shown if it is its code's
+            // zombie frame; or if its caller, when copied, was running or
+            // its own code's zombie; or if its code's zombie is in use
+            // again and its caller runs other code (a recursion's frames
+            // come from the free list, which puts a free frame of the same
+            // code in a returned frame's caller's place).
             let caller = rd_u64(&b, l.frame_previous as usize);
-            let mut caller_running = || {
-                let c = copy(caller).ok().flatten().filter(|c| running(c))?;
+            let slot = zombie_slot(t, snap, &b);
+            let code_of = |b: &[u8]| rd_u64(b, l.frame_code as usize);
+            let mut caller_vouches = || {
+                let c = copy(caller).ok().flatten().filter(|c| {
+                    running(c)
+                        || zombie_slot(t, snap, c) == Some(caller)
+                        || slot == Some(0) && code_of(c) != code_of(&b)
+                })?;
                 ahead = Some((caller, c));
                 Some(())
             };
             let trusted = depth == 1 && from == Top::Stopped
-                || from == Top::Thread && (own_zombie(t, snap, f, &b) || caller != 0 && caller_running().is_some());
+                || from == Top::Thread && (slot == Some(f) || caller != 0 && caller_vouches().is_some());
             if !trusted {
                 w.end = End::Torn;
                 break;
