@@ -66,6 +66,10 @@ pub struct Layout {
     /// `recursion_depth` in `PyThreadState` (3.8-3.10): the calls of the
     /// evaluation function under way, one per frame of a Python stack.
     pub tstate_recursion_depth: Option<u64>,
+    /// `datastack_chunk`, followed by `datastack_top`, in `PyThreadState`
+    /// (3.11): the frame stack's current chunk, and where its next frame
+    /// will be pushed.
+    pub tstate_datastack: Option<u64>,
     /// `_PyCFrame.current_frame` (3.11–3.12): tstate_frame is a pointer to a cframe.
     pub cframe_current_frame: Option<u64>,
     /// The code object (`f_code`, `f_executable`) in a frame.
@@ -166,6 +170,7 @@ impl Layout {
             frame_live: None,
             code_zombieframe: None,
             tstate_recursion_depth: None,
+            tstate_datastack: None,
             frame_size_to_read: 0,
             instr_kind: InstrKind::Pointer,
             code_filename: 0,
@@ -236,6 +241,7 @@ impl Layout {
                 l.frame_instr = 56;
                 l.frame_owner = Some(69);
                 l.frame_is_entry = Some(68);
+                l.tstate_datastack = Some(296);
                 l.code_filename = 112;
                 l.code_name = 120;
                 l.code_qualname = Some(128);

@@ -542,19 +542,24 @@ fn walk_once(
     let top = match (snap.u64(at), l.cframe_current_frame) {
         (Some(top), None) => top,
         (Some(0), Some(_)) => 0,
-        (Some(cframe), Some(off)) => match current_frame(l, &snap, &hints.cframes, entry_offset, size, cframe, off) {
-            Some((c, top)) => {
-                named = Some(c);
-                top
+        (Some(cframe), Some(off)) => {
+            match current_frame(l, &snap, &hints.cframes, entry_offset, cframe, off, &mut || {
+                let b = t.mem.read_vec(tstate + l.tstate_datastack?, 16).ok()?;
+                Some((rd_u64(&b, 0), rd_u64(&b, 8)))
+            }) {
+                Some((c, top)) => {
+                    named = Some(c);
+                    top
+                }
+                None => {
+                    hints.cframes.retain(|&c| c != cframe);
+                    hints.cframes.insert(0, cframe);
+                    hints.cframes.truncate(CFRAMES);
+                    named = Some(cframe);
+                    t.mem.u64(cframe + off)?
+                }
             }
-            None => {
-                hints.cframes.retain(|&c| c != cframe);
-                hints.cframes.insert(0, cframe);
-                hints.cframes.truncate(CFRAMES);
-                named = Some(cframe);
-                t.mem.u64(cframe + off)?
-            }
-        },
+        }
         (None, _) => top_frame(t, tstate)?,
     };
     let from = if still { Top::Stopped } else { Top::Thread };
@@ -646,10 +651,11 @@ fn current_frame(
     snap: &Snapshot,
     known: &[u64],
     entry_offset: Option<i64>,
-    size: usize,
     cframe: u64,
     off: u64,
+    datastack_now: &mut dyn FnMut() -> Option<(u64, u64)>,
 ) -> Option<(u64, u64)> {
+    let size = l.frame_size_to_read;
     let cur = |c: u64| snap.u64(c + off);
     let previous = |c: u64| snap.frames.get(&(c + off)).filter(|b| b.len() >= 16).map(|b| rd_u64(b, 8));
     let mut c = cframe;
@@ -658,27 +664,33 @@ fn current_frame(
         // 3.11 has no entry frames: a call from C marks its first frame.
         // Only "down" can be told: a known cframe entered from the current
         // one, whose current frame descends from a first frame entered
-        // from the current frame above. (A returned cframe still names
-        // its call's frame, as it did when the pointer was read.)
-        let entered_from = |mut f: u64, caller: u64| {
+        // from the current frame above, and is still on the frame stack
+        // (read once more now: a cframe and its frames stay in memory
+        // after their call returned, until overwritten). A returned
+        // cframe the pointer named still names its call's frame, as it
+        // did when the pointer was read.
+        let first_frame = |mut f: u64, caller: u64| {
             for _ in 0..64 {
                 let b = snap.frames.get(&f).filter(|b| b.len() >= size)?;
                 if b[ie as usize] != 0 {
-                    return (rd_u64(b, l.frame_previous as usize) == caller).then_some(());
+                    return (rd_u64(b, l.frame_previous as usize) == caller).then_some(f);
                 }
                 f = rd_u64(b, l.frame_previous as usize);
             }
             None
         };
+        let mut stack: Option<Option<(u64, u64)>> = None;
         for _ in 0..CFRAMES {
             let inner = known.iter().find_map(|&k| {
-                let f = cur(k).filter(|&f| f != 0)?;
-                (k != c && previous(k) == Some(c) && entered_from(f, top).is_some()).then_some((k, f))
+                let f = cur(k).filter(|&f| f != 0 && k != c && previous(k) == Some(c))?;
+                Some((k, f, first_frame(f, top)?))
             });
-            match inner {
-                Some(next) => (c, top) = next,
-                None => break,
+            let Some((k, f, first)) = inner else { break };
+            let Some((chunk, next)) = *stack.get_or_insert_with(&mut *datastack_now) else { break };
+            if first < chunk || f >= next {
+                break;
             }
+            (c, top) = (k, f);
         }
         return Some((c, top));
     }
