@@ -222,8 +222,8 @@ struct Hints {
     chain: Vec<u64>,
     /// Cframes its frame pointer named (3.11-3.12), the latest first.
     cframes: Vec<u64>,
-    /// Code objects of its last walk's frames (3.8-3.10), whose zombie
-    /// frame slots are copied last.
+    /// Code objects of its walks' frames (3.8-3.10), the latest first,
+    /// whose zombie frame slots are copied last.
     codes: Vec<u64>,
 }
 
@@ -532,7 +532,7 @@ fn walk_once(
     // 3.14+, enough of it to tell).
     asks.extend(hints.chain.iter().take(MAX_DEPTH).map(|&a| (a, size)));
     // Last, whether a frame that returned is its code's zombie frame
-    // ([`own_zombie`]): a frame copied after it returned is then one.
+    // ([`zombie_slot`]): a frame copied after it returned is then one.
     if let Some(off) = l.code_zombieframe.filter(|_| !still) {
         asks.extend(hints.codes.iter().map(|&c| (c + off, 8)));
     }
