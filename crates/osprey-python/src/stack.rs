@@ -564,8 +564,8 @@ fn walk_once(
     };
     let from = if still { Top::Stopped } else { Top::Thread };
     let mut w = walk_from(t, cache, &snap, top, size, from)?;
-    let depth = depth_at.and_then(|a| snap.frames.get(&a)).map(|b| rd_u32(b, 0) as usize);
-    let deep_enough = depth.is_some_and(|d| (w.chain.len()..=w.chain.len() + 1).contains(&d));
+    let recursion_depth = depth_at.and_then(|a| snap.frames.get(&a)).map(|b| rd_u32(b, 0) as usize);
+    let deep_enough = recursion_depth.is_some_and(|d| (w.chain.len()..=w.chain.len() + 1).contains(&d));
     if w.trusted && w.end == End::Root && !(deep_enough && w.last_running) {
         // A frame that returned was shown, and the walk through it is not
         // as deep as the stack was when its pointer was read, or does not
@@ -793,7 +793,12 @@ fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size:
                 }
             },
         };
-        w.codes.push(rd_u64(&b, l.frame_code as usize));
+        // The frame's fields this walk reads, from its one copy.
+        let code_raw = rd_u64(&b, l.frame_code as usize);
+        let instr_raw = rd_u64(&b, l.frame_instr as usize);
+        let prev = rd_u64(&b, l.frame_previous as usize);
+        let owner = l.frame_owner.map(|o| b[o as usize]);
+        w.codes.push(code_raw);
         w.last_running = running(&b);
         if !w.last_running {
             // Not running when copied, but trusted: a stopped thread's own
@@ -805,28 +810,24 @@ fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size:
             // again and its caller runs other code (a recursion's frames
             // come from the free list, which puts a free frame of the same
             // code in a returned frame's caller's place).
-            let caller = rd_u64(&b, l.frame_previous as usize);
             let slot = zombie_slot(t, snap, &b);
-            let code_of = |b: &[u8]| rd_u64(b, l.frame_code as usize);
             let mut caller_vouches = || {
-                let c = copy(caller).ok().flatten().filter(|c| {
+                let c = copy(prev).ok().flatten().filter(|c| {
                     running(c)
-                        || zombie_slot(t, snap, c) == Some(caller)
-                        || slot == Some(0) && code_of(c) != code_of(&b)
+                        || zombie_slot(t, snap, c) == Some(prev)
+                        || slot == Some(0) && rd_u64(c, l.frame_code as usize) != code_raw
                 })?;
-                ahead = Some((caller, c));
+                ahead = Some((prev, c));
                 Some(())
             };
             let trusted = depth == 1 && from == Top::Stopped
-                || from == Top::Thread && (slot == Some(f) || caller != 0 && caller_vouches().is_some());
+                || from == Top::Thread && (slot == Some(f) || prev != 0 && caller_vouches().is_some());
             if !trusted {
                 w.end = End::Torn;
                 break;
             }
             w.trusted |= from == Top::Thread;
         }
-        let code_raw = rd_u64(&b, l.frame_code as usize);
-        let instr_raw = rd_u64(&b, l.frame_instr as usize);
         // 3.14+: `f_executable` is a stack reference, its low bits a tag.
         let mut code = code_raw & !7;
         if code == 0 && cleared + 1 == depth && l.minor >= 14 && from != Top::Snapshot {
@@ -838,8 +839,6 @@ fn walk_from(t: &Target, cache: &mut CodeCache, snap: &Snapshot, top: u64, size:
             cleared += 1;
             code = cache.code_at(instr_raw).unwrap_or(0);
         }
-        let prev = rd_u64(&b, l.frame_previous as usize);
-        let owner = l.frame_owner.map(|o| b[o as usize]);
         f = prev;
         // Highest owner value a frame can have: 3.14 added one (the C
         // stack's frames are 4, the interpreter's base frame 3).
