@@ -194,9 +194,13 @@ impl<'a> Encoder<'a> {
         }
     }
 
-    fn function(&mut self, name: &str, file: &str) -> u64 {
+    /// A function by name and file. `native` names are also its system
+    /// name; an interpreted or synthetic frame has none, so that readers do
+    /// not take `<module>` or `<lambda>` for C++ template arguments and strip
+    /// them (`go tool pprof` shows such a name as `<unknown>`).
+    fn function(&mut self, name: &str, file: &str, native: bool) -> u64 {
         let n = self.strings.intern(name);
-        let key = (n, n, self.strings.intern(file), 0);
+        let key = (n, if native { n } else { 0 }, self.strings.intern(file), 0);
         if let Some(&id) = self.function_ids.get(&key) {
             return id;
         }
@@ -210,11 +214,11 @@ impl<'a> Encoder<'a> {
         match frame {
             Frame::Native { addr, return_address } => self.native(*addr, *return_address),
             Frame::Function { name, file, line } => {
-                let f = self.function(name, file);
+                let f = self.function(name, file, false);
                 self.interpreted(f, *line)
             }
             Frame::Synthetic(name) => {
-                let f = self.function(name, "");
+                let f = self.function(name, "", false);
                 self.interpreted(f, 0)
             }
         }
@@ -238,14 +242,14 @@ impl<'a> Encoder<'a> {
         let mut line: Vec<Line> = resolved
             .lines
             .iter()
-            .map(|l| Line { function_id: self.function(&l.name, &l.file), line: l.line, column: 0 })
+            .map(|l| Line { function_id: self.function(&l.name, &l.file, true), line: l.line, column: 0 })
             .collect();
         let region = self.maps.find(addr);
         if line.is_empty() {
             // No symbol: `libz.so.1+0x3a26` (file offset of the looked-up
             // address), and the mapping (file, build id) lets tools do better.
             if let Some(name) = region.and_then(|i| module_offset_name(&self.maps.regions[i], addr, ret)) {
-                line.push(Line { function_id: self.function(&name, ""), line: 0, column: 0 });
+                line.push(Line { function_id: self.function(&name, "", true), line: 0, column: 0 });
             }
         }
         let mapping_id = region.and_then(|i| self.region_mapping.get(&i)).copied().unwrap_or(0);

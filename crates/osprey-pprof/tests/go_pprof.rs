@@ -62,6 +62,8 @@ fn go_tool_pprof_reads_our_files() {
         Frame::Native { addr: addr(gopher_leaf, 4), return_address: false },
         Frame::Native { addr: addr(gopher_caller, 8), return_address: true },
         Frame::Function { name: "handle_request".into(), file: "app.py".into(), line: 3 },
+        Frame::Function { name: "<lambda>".into(), file: "app.py".into(), line: 9 },
+        Frame::Function { name: "<module>".into(), file: "app.py".into(), line: 10 },
     ];
     let tid = Label { key: "thread id".into(), value: LabelValue::Num(99) };
     let data = ProfileData {
@@ -99,5 +101,9 @@ fn go_tool_pprof_reads_our_files() {
     assert!(top.contains("50ms"), "flat time of the leaf:\n{top}");
     let top = pprof(&dir, &["-top", "-sample_index=samples"], &file);
     assert!(top.contains("gopher_leaf"), "{top}");
+    // pprof strips `<...>` from a name it takes for C++ (a native name, which
+    // is also its system name), never from a Python one.
+    let top = pprof(&dir, &["-top", "-cum"], &file);
+    assert!(top.contains("<module>") && top.contains("<lambda>"), "{top}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
