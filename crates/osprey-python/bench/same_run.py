@@ -6,15 +6,19 @@ same duration; the flat shares of the workload's functions are compared
 (osprey by cpu, py-spy by non-idle samples).
 
   python3 same_run.py --osprey target/release/osprey [--python python3.12]
-      [--workload calls|mixed] [--secs 10] [--hz 100]
+      [--workload calls|mixed] [--secs 10] [--hz 100] [--nonblocking]
 
 Workloads: `calls`, a 3-level call loop (a -> b -> c, each doing a little
 work: where a sampler that drops torn stacks under-counts the innermost;
 `chain` of tests/py/calls.py);
-`mixed`, CPU in two functions beside file I/O and sleeps."""
+`mixed`, CPU in two functions, freeing a result at the module level, file
+writes and random sleeps; the program times each part with its own
+`time.thread_time()` and those shares are printed as `program`."""
 import argparse
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +28,7 @@ CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", 
 WORKLOADS = {
     "calls": None,
     "mixed": '''
-import os, tempfile, time
+import json, os, random, signal, sys, tempfile, time
 def crunch(n):
     s = 0
     for i in range(n):
@@ -40,15 +44,35 @@ def write_files(d):
         with open(os.path.join(d, str(i)), "w") as f:
             f.write("x" * 10000)
 d = tempfile.mkdtemp()
+cpu = {}
+def timed(name, f, *a):
+    c0 = time.thread_time()
+    r = f(*a)
+    cpu[name] = cpu.get(name, 0) + time.thread_time() - c0
+    return r
+# SIGUSR1 (the profilers start): count from now. The counts are written
+# every 0.2 s to the file named by argv[1].
+signal.signal(signal.SIGUSR1, lambda *_: cpu.clear())
+rnd = random.Random(1)
 print("ready", flush=True)
+last = time.time()
 while True:
-    crunch(30000)
-    parse(10000)
-    write_files(d)
-    time.sleep(0.005)
+    timed("crunch", crunch, 30000)
+    x = timed("parse", parse, 10000)
+    c0 = time.thread_time()
+    del x
+    cpu["<module>"] = cpu.get("<module>", 0) + time.thread_time() - c0
+    timed("write_files", write_files, d)
+    # Random sleeps: a loop with a fixed period near the sampling interval
+    # would be seen at the same phase by a fixed-rate sampler.
+    timed("sleep", time.sleep, rnd.uniform(0.001, 0.009))
+    if time.time() - last > 0.2:
+        last = time.time()
+        json.dump(cpu, open(sys.argv[1] + ".tmp", "w"))
+        os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 ''',
 }
-FUNCS = {"calls": ["a", "b", "c"], "mixed": ["crunch", "parse", "write_files", "sleep"]}
+FUNCS = {"calls": ["a", "b", "c"], "mixed": ["crunch", "parse", "write_files", "<module>"]}
 
 
 def osprey_flat(osprey, out):
@@ -63,7 +87,7 @@ def osprey_flat(osprey, out):
     for line in rep.splitlines():
         m = re.match(r"\s*\S+\s+([\d.]+)%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.*)$", line)
         if m:
-            name = m.group(2).split(".")[-1]
+            name = m.group(2) if m.group(2).startswith("<") else m.group(2).split(".")[-1]
             flat[name] = flat.get(name, 0.0) + float(m.group(1))
     return flat
 
@@ -76,7 +100,8 @@ def pyspy_flat(raw):
             continue
         n = int(n)
         leaf = stack.split(";")[-1]
-        name = leaf.split(" (")[0].split(".")[-1]
+        name = leaf.split(" (")[0]
+        name = name if name.startswith("<") else name.split(".")[-1]
         counts[name] = counts.get(name, 0) + n
         total += n
     return {k: 100.0 * v / total for k, v in counts.items()}
@@ -90,12 +115,13 @@ def main():
     ap.add_argument("--secs", type=float, default=10)
     ap.add_argument("--hz", type=int, default=100)
     ap.add_argument("--blocking", action="store_true", help="osprey attach --blocking")
+    ap.add_argument("--nonblocking", action="store_true", help="py-spy record --nonblocking")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
     if args.workload == "calls":
         argv = [CALLS, "chain"]
     else:
-        argv = [os.path.join(tmp, "w.py")]
+        argv = [os.path.join(tmp, "w.py"), os.path.join(tmp, "program.json")]
         open(argv[0], "w").write(WORKLOADS[args.workload])
     p = subprocess.Popen([args.python] + argv, stdout=subprocess.PIPE)
     assert p.stdout.readline().strip() == b"ready"
@@ -107,8 +133,9 @@ def main():
     # osprey first: its thread-state discovery may use ptrace, which py-spy's
     # attachment would refuse; once found, thread states are cached.
     time.sleep(0.5)
+    p.send_signal(signal.SIGUSR1)
     s = subprocess.Popen(["py-spy", "record", "--pid", str(p.pid), "--duration", secs, "--rate",
-                          str(args.hz), "--format", "raw", "-o", raw],
+                          str(args.hz), "--format", "raw", "-o", raw] + (["--nonblocking"] if args.nonblocking else []),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, err = o.communicate()
     s.wait()
@@ -117,12 +144,16 @@ def main():
         sys.exit(f"osprey attach failed: {err}")
     p.kill()
     a, b = osprey_flat(args.osprey, out), pyspy_flat(raw)
+    own = {}
+    if args.workload == "mixed":
+        cpu = json.load(open(argv[1]))
+        own = {k: 100.0 * v / sum(cpu.values()) for k, v in cpu.items()}
     worst = 0.0
-    print(f"{'function':<14} {'osprey':>8} {'py-spy':>8}")
+    print(f"{'function':<14} {'osprey':>8} {'py-spy':>8}" + (f" {'program':>8}" if own else ""))
     for f in FUNCS[args.workload]:
         x, y = a.get(f, 0.0), b.get(f, 0.0)
         worst = max(worst, abs(x - y))
-        print(f"{f:<14} {x:>7.1f}% {y:>7.1f}%")
+        print(f"{f:<14} {x:>7.1f}% {y:>7.1f}%" + (f" {own.get(f, 0.0):>7.1f}%" if own else ""))
     print(f"largest difference {worst:.1f} points")
     print(err.strip())
 

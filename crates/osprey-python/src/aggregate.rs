@@ -14,10 +14,12 @@ type Key = (Vec<Frame>, Vec<Label>);
 ///
 /// Values per key: `[samples, cpu ns, gil-wait ns, wall ns]` (wall last:
 /// the default of pprof readers). Invariants, per window:
-/// a sample of a thread with an exact clock ([`ThreadSample::thread_cpu`])
-/// keeps its exact charge (the thread's CPU since its previous sample); the
-/// samples of threads without one share, in proportion to their raw charges,
-/// what the process CPU clock advanced beyond the exact charges. Every
+/// the samples of a thread with an exact clock ([`ThreadSample::thread_cpu`])
+/// share, in proportion to their raw charges ([`ThreadSample::cpu_ns`]),
+/// exactly what that clock advanced since the thread's last sample of the
+/// previous window (all of it on the thread's latest sample when none was
+/// charged); the samples of threads without one share, in the same way,
+/// what the process CPU clock advanced beyond the exact threads. Every
 /// sample carries `thread id`, `thread name` (the Python name where known,
 /// else the OS name; see [`crate::thread_names`]), `state` and `process`
 /// labels, and an asyncio task's a `task` label.
@@ -30,10 +32,11 @@ pub struct Aggregator {
     /// Process CPU clock at the window's start, and the latest one seen.
     cpu_start: Option<i64>,
     cpu_last: Option<i64>,
-    /// Values, and whether the CPU value is exact, per (stack, labels).
-    map: HashMap<Key, ([i64; 4], bool)>,
-    /// Exact CPU charged in the window.
-    exact_cpu: i64,
+    /// Values, and the thread id when the thread has an exact clock, per
+    /// (stack, labels).
+    map: HashMap<Key, ([i64; 4], Option<i32>)>,
+    /// Threads with an exact clock.
+    clocked: HashMap<i32, Clocked>,
     /// The program's name (`/proc/<pid>/comm` when the sampler started),
     /// kept so profiles written after the process exited still have it.
     process: String,
@@ -49,19 +52,27 @@ pub struct Aggregator {
 
 impl Aggregator {
     pub fn new(pid: i32, interval_ns: i64, s: &Sampler) -> Self {
-        Aggregator {
+        Self::with_comments(
             pid,
             interval_ns,
-            comments: vec![
+            vec![
                 format!("python {}", s.target.version),
                 format!("osprey-python method {:?}", s.method.map(|m| format!("{m:?}")).unwrap_or("combined".into())),
             ],
+        )
+    }
+
+    fn with_comments(pid: i32, interval_ns: i64, comments: Vec<String>) -> Self {
+        Aggregator {
+            pid,
+            interval_ns,
+            comments,
             window_start: SystemTime::now(),
             window_instant: Instant::now(),
             cpu_start: None,
             cpu_last: None,
             map: HashMap::new(),
-            exact_cpu: 0,
+            clocked: HashMap::new(),
             process: std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .map(|n| n.trim_end().to_string())
                 .unwrap_or_default(),
@@ -100,11 +111,18 @@ impl Aggregator {
                 self.truncated += 1;
                 self.cycles += (why == crate::stack::End::Cycle) as u64;
             }
-            let exact = s.thread_cpu.is_some();
-            if exact {
-                self.exact_cpu += s.cpu_ns;
-            }
-            let (v, _) = self.map.entry((s.frames.clone(), labels)).or_insert(([0; 4], exact));
+            let key = (s.frames.clone(), labels);
+            let exact = s.thread_cpu.map(|clock| {
+                let c = self.clocked.entry(s.tid).or_default();
+                // A clock below the last reading is a new clock (the thread
+                // id was reused, or the clock reopened): it counts from 0.
+                c.cpu += clock.checked_sub(c.last).unwrap_or(clock) as i64;
+                c.last = clock;
+                c.raw += s.cpu_ns;
+                c.latest = Some(key.clone());
+                s.tid
+            });
+            let (v, _) = self.map.entry(key).or_insert(([0; 4], exact));
             v[0] += 1;
             v[1] += s.cpu_ns;
             v[2] += s.gil_wait_ns;
@@ -115,22 +133,37 @@ impl Aggregator {
     /// The window's profile, its CPU values rescaled to the process CPU
     /// clock; starts a new window at the latest clock reading.
     pub fn take(&mut self) -> ProfileData {
-        let rest_raw: i64 = self.map.values().filter(|(_, exact)| !exact).map(|(v, _)| v[1]).sum();
+        let exact_cpu: i64 = self.clocked.values().map(|c| c.cpu).sum();
+        let rest_raw: i64 = self.map.values().filter(|(_, exact)| exact.is_none()).map(|(v, _)| v[1]).sum();
         let rest_scale = match (self.cpu_start, self.cpu_last) {
-            (Some(a), Some(b)) if rest_raw > 0 => Some((b - a - self.exact_cpu).max(0) as f64 / rest_raw as f64),
+            (Some(a), Some(b)) if rest_raw > 0 => Some((b - a - exact_cpu).max(0) as f64 / rest_raw as f64),
             _ => None,
         };
+        for c in self.clocked.values_mut().filter(|c| c.raw == 0 && c.cpu > 0) {
+            if let Some((v, _)) = c.latest.as_ref().and_then(|k| self.map.get_mut(k)) {
+                (v[1], c.raw) = (c.cpu, c.cpu);
+            }
+        }
+        let clocked = &self.clocked;
         let samples = self
             .map
             .drain()
             .map(|((frames, labels), (mut v, exact))| {
-                if let (false, Some(k)) = (exact, rest_scale) {
+                let scale = match exact {
+                    Some(tid) => clocked.get(&tid).filter(|c| c.raw > 0).map(|c| c.cpu as f64 / c.raw as f64),
+                    None => rest_scale,
+                };
+                if let Some(k) = scale {
                     v[1] = (v[1] as f64 * k).round() as i64;
                 }
                 Sample { frames, values: v.to_vec(), labels }
             })
             .collect();
-        self.exact_cpu = 0;
+        // A thread not sampled in this window has ended.
+        self.clocked.retain(|_, c| c.latest.is_some());
+        for c in self.clocked.values_mut() {
+            (c.cpu, c.raw, c.latest) = (0, 0, None);
+        }
         let mut comments = self.comments.clone();
         if self.truncated > 0 || self.cycles > 0 {
             comments.push(format!(
@@ -159,5 +192,68 @@ impl Aggregator {
         self.window_instant = Instant::now();
         self.cpu_start = self.cpu_last;
         data
+    }
+}
+
+/// A thread with an exact clock, in the current window.
+#[derive(Default)]
+struct Clocked {
+    /// Its clock at its latest sample (kept across windows).
+    last: u64,
+    /// What its clock advanced in the window, and its samples' raw charges.
+    cpu: i64,
+    raw: i64,
+    /// The key of its latest sample in the window.
+    latest: Option<Key>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(tid: i32, leaf: &str, cpu_ns: i64, thread_cpu: Option<u64>) -> ThreadSample {
+        ThreadSample {
+            tid,
+            name: "t".into(),
+            state: "running",
+            on_cpu: cpu_ns > 0,
+            cpu_ns,
+            tstate: 0,
+            frames: vec![Frame::Synthetic(leaf.into())],
+            truncated: None,
+            thread_cpu,
+            gil_wait_ns: 0,
+            task: None,
+        }
+    }
+
+    /// CPU by leaf name.
+    fn cpu(data: &ProfileData) -> HashMap<String, i64> {
+        let mut m = HashMap::new();
+        for s in &data.samples {
+            let Frame::Synthetic(n) = &s.frames[0] else { unreachable!() };
+            *m.entry(n.clone()).or_default() += s.values[1];
+        }
+        m
+    }
+
+    #[test]
+    fn a_threads_charges_share_exactly_what_its_clock_advanced() {
+        let mut a = Aggregator::with_comments(1, 10_000_000, vec![]);
+        // Thread 7: 31 ms of CPU (from its clock's opening) over three samples charged 10, 10 and 0 ms
+        // of raw weight. Thread 8: 5 ms, never seen on a CPU.
+        a.add(&[sample(7, "f", 10_000_000, Some(1_000_000)), sample(8, "idle", 0, Some(0))], 10_000_000, None);
+        a.add(&[sample(7, "g", 10_000_000, Some(21_000_000)), sample(8, "idle", 0, Some(2_000_000))], 10_000_000, None);
+        a.add(&[sample(7, "h", 0, Some(31_000_000)), sample(8, "wait", 0, Some(5_000_000))], 10_000_000, None);
+        let c = cpu(&a.take());
+        assert_eq!((c["f"], c["g"], c["h"]), (15_500_000, 15_500_000, 0));
+        assert_eq!((c["idle"], c["wait"]), (0, 5_000_000), "uncharged CPU on the latest sample");
+        // The next window counts from the last readings.
+        a.add(&[sample(7, "f", 3, Some(41_000_000)), sample(8, "idle", 0, Some(5_000_000))], 10_000_000, None);
+        let c = cpu(&a.take());
+        assert_eq!((c["f"], c["idle"]), (10_000_000, 0));
+        // A thread id reused by a new thread: its clock counts from 0 again.
+        a.add(&[sample(7, "f", 1, Some(2_000_000))], 10_000_000, None);
+        assert_eq!(cpu(&a.take())["f"], 2_000_000);
     }
 }

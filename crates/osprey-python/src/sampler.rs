@@ -20,13 +20,15 @@ pub struct ThreadSample {
     pub name: String,
     pub state: &'static str,
     pub on_cpu: bool,
-    /// CPU (ns) charged to this sample. With the thread's exact clock
-    /// (`thread_cpu` is Some): the CPU it used since its previous sample,
-    /// exactly, when it is on CPU or runnable now; 0 when it waits (what it
-    /// used is then charged to its next sample that runs). Without: the wall time since the previous pass if the thread
-    /// is on CPU (or runnable), else 0, rescaled per profile window so that
-    /// those charges add up to what the process CPU clock advanced beyond the
-    /// exact threads.
+    /// CPU (ns) charged to this sample before [`crate::Aggregator`] scales
+    /// it: the wall time since the previous pass, times the part of the stack
+    /// read during which the thread was on a CPU (its exact clock's advance
+    /// over the read's wall time; 1 for a thread stopped for the read, which
+    /// was running, or runnable before and after a read that did not run
+    /// it). Without an exact clock: that wall time if the thread is
+    /// on CPU (or runnable), else 0. The aggregator scales a thread's charges
+    /// to what its exact clock advanced in the window, and the rest to what
+    /// the process CPU clock advanced beyond the exact threads.
     pub cpu_ns: i64,
     /// Address of the thread's `PyThreadState` (shown by `Debug`).
     #[allow(dead_code)]
@@ -35,7 +37,8 @@ pub struct ThreadSample {
     /// Why the stack ends in a `[truncated]` frame, if it does.
     pub truncated: Option<End>,
     /// The thread's exact CPU time (ns, from its [`TaskClock`], counted
-    /// from when the sampler first saw it), read after the stack.
+    /// from when the sampler first saw it, plus what a young thread used
+    /// before that), read after the stack.
     pub thread_cpu: Option<u64>,
     /// Nanoseconds of GIL wait this sample accounts for (see [`crate::gilwait`]).
     pub gil_wait_ns: i64,
@@ -66,10 +69,8 @@ pub struct Sampler {
     pub stats: Stats,
     /// Per-thread exact CPU clocks; None where one could not be opened.
     clocks: HashMap<i32, Option<TaskClock>>,
-    /// Each thread's clock at its previous sample.
-    prev_cpu: HashMap<i32, u64>,
-    /// CPU a young thread used before its clock was opened, added to its
-    /// first sample.
+    /// CPU a young thread used before its clock was opened, added to what
+    /// its clock reads.
     backfill: HashMap<i32, u64>,
     /// Threads that started before this (seconds since boot) are charged
     /// only the CPU they use from their first sample on (`osprey attach`
@@ -191,7 +192,6 @@ impl Sampler {
             tids_at: None,
             stats: Stats::default(),
             clocks: HashMap::new(),
-            prev_cpu: HashMap::new(),
             backfill: HashMap::new(),
             since: None,
             clock_error: None,
@@ -240,7 +240,6 @@ impl Sampler {
         self.procs.retain(&tids);
         self.clocks.retain(|t, _| tids.contains(t));
         self.gil_waits.retain(&tids);
-        self.prev_cpu.retain(|t, _| tids.contains(t));
         self.backfill.retain(|t, _| tids.contains(t));
         self.tids = tids;
         self.tids_at = Some(Instant::now());
@@ -284,6 +283,12 @@ impl Sampler {
         crate::ptrace::settle();
         self.stats.passes += 1;
         let now = Instant::now();
+        // The wall time each sample of this pass stands for (capped at twice
+        // the nominal interval, so that a pass delayed by a busy machine does
+        // not put the whole gap on one stack).
+        let wall = self
+            .last_pass
+            .map_or(self.interval_ns, |p| (now.duration_since(p).as_nanos() as i64).min(2 * self.interval_ns));
         let cpu_now = process_cpu_ns(self.target.pid);
         let gils = self.gils();
         let collecting = crate::gc::collecting(&self.target);
@@ -313,12 +318,14 @@ impl Sampler {
                 TaskClock::open(tid).map_err(|e| self.clock_error = Some(format!("perf_event_open: {e}"))).ok()
             });
             if fresh && clock.is_some() {
-                // The clock counts from now: its first sample's "since the
-                // previous sample" is since the thread started, when that
-                // was recent (a worker forked or spawned just now).
+                // The clock counts from now; a thread that started recently
+                // (a worker forked or spawned just now) is charged from its
+                // start.
                 self.backfill.insert(tid, young_thread_cpu(pid, tid, self.since).unwrap_or(0));
             }
+            let t0 = Instant::now();
             let before = clock.as_ref().and_then(|c| c.read().ok());
+            let t1 = Instant::now();
             // `--blocking`/`--native`: a running thread stands still while
             // its stacks are read (a waiting one does not change).
             let stopped = if self.blocking && k.state == 'R' {
@@ -349,7 +356,10 @@ impl Sampler {
             let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries, was_stopped);
             let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
             drop(stopped);
+            let t2 = Instant::now();
             let after = clock.as_ref().and_then(|c| c.read().ok());
+            // From the middle of one clock read to the middle of the other.
+            let window = ((t2 - t0) + (Instant::now() - t1)).as_nanos() as f64 / 2.0;
             let (mut frames, truncated) = match read {
                 Ok(stack) => {
                     if let Some(why) = stack.truncated {
@@ -392,20 +402,19 @@ impl Sampler {
                 _ if holds => k.state == 'R',
                 _ => sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R'),
             };
-            // The CPU the thread used since its previous sample on CPU, at the
-            // clock's nanosecond resolution (its first: since the clock
-            // opened, or since it started if it is young).
-            // A thread that waits (not runnable, or inside a sleeping or
-            // blocking call) keeps what it used for its next sample that
-            // runs: idle stacks (`sleeping`, `blocked`) carry none, and a busy thread preempted on a shared
-            // machine does not pile its CPU into one later sample.
-            let cpu_ns = match after {
-                Some(a) if (on_cpu || k.state == 'R') && state != "sleeping" && state != "blocked" => {
-                    let since = a.saturating_sub(self.prev_cpu.insert(tid, a).unwrap_or(0));
-                    (since + self.backfill.remove(&tid).unwrap_or(0)) as i64
-                }
-                _ => 0,
+            // The part of the read the thread spent on a CPU (its clock's
+            // advance over the read's wall time): a read overlaps a short
+            // burst of CPU more often than an instant falls in it. 1 for a
+            // thread stopped for the read, or runnable but not run throughout it
+            // (on a busy machine the sampler's own wakeup may take its CPU).
+            let share = match (before, after) {
+                _ if was_stopped => 1.0,
+                (Some(a), Some(b)) if b > a => (b.saturating_sub(a) as f64 / window.max(1.0)).min(1.0),
+                // Runnable before the read and after it.
+                _ if k.state == 'R' && self.procs.kernel(pid, tid).is_ok_and(|k| k.state == 'R') => 1.0,
+                _ => 0.0,
             };
+            let cpu_ns = (wall as f64 * share).round() as i64;
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);
             out.push(ThreadSample {
@@ -417,18 +426,15 @@ impl Sampler {
                 tstate,
                 frames,
                 truncated,
-                thread_cpu: after,
+                thread_cpu: after.map(|a| a + self.backfill.get(&tid).copied().unwrap_or(0)),
                 gil_wait_ns,
                 task,
             });
         }
         // Threads without an exact clock: each one on CPU now is charged the
-        // wall time since the previous pass (capped at twice the nominal
-        // interval, so a pass delayed by a busy machine does not put the
-        // whole gap on one stack); [`crate::Aggregator`] rescales these
-        // charges per window to the process CPU clock.
-        if let Some(prev_t) = self.last_pass {
-            let wall = (now.duration_since(prev_t).as_nanos() as i64).min(2 * self.interval_ns);
+        // pass's wall time; [`crate::Aggregator`] rescales these charges per
+        // window to the process CPU clock.
+        if self.last_pass.is_some() {
             for s in out.iter_mut().filter(|s| s.on_cpu && s.thread_cpu.is_none()) {
                 s.cpu_ns = wall;
             }
