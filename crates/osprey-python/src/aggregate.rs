@@ -17,8 +17,10 @@ type Key = (Vec<Frame>, Vec<Label>);
 /// the samples of a thread with an exact clock ([`ThreadSample::thread_cpu`])
 /// share, in proportion to their raw charges ([`ThreadSample::cpu_ns`]),
 /// exactly what that clock advanced since the thread's last sample of the
-/// previous window (all of it on the thread's latest sample when none was
-/// charged); the samples of threads without one share, in the same way,
+/// previous window (all of it on the thread's latest sample that is not
+/// `sleeping` when none was charged; a thread only seen sleeping in the
+/// window leaves out what its wakeups used); `sleeping` samples carry no
+/// CPU; the samples of threads without one share, in the same way,
 /// what the process CPU clock advanced beyond the exact threads. Every
 /// sample carries `thread id`, `thread name` (the Python name where known,
 /// else the OS name; see [`crate::thread_names`]), `state` and `process`
@@ -119,7 +121,10 @@ impl Aggregator {
                 c.cpu += clock.checked_sub(c.last).unwrap_or(clock) as i64;
                 c.last = clock;
                 c.raw += s.cpu_ns;
-                c.latest = Some(key.clone());
+                if s.state != "sleeping" {
+                    c.latest = Some(key.clone());
+                }
+                c.seen = true;
                 s.tid
             });
             let (v, _) = self.map.entry(key).or_insert(([0; 4], exact));
@@ -160,9 +165,9 @@ impl Aggregator {
             })
             .collect();
         // A thread not sampled in this window has ended.
-        self.clocked.retain(|_, c| c.latest.is_some());
+        self.clocked.retain(|_, c| c.seen);
         for c in self.clocked.values_mut() {
-            (c.cpu, c.raw, c.latest) = (0, 0, None);
+            (c.cpu, c.raw, c.latest, c.seen) = (0, 0, None, false);
         }
         let mut comments = self.comments.clone();
         if self.truncated > 0 || self.cycles > 0 {
@@ -203,8 +208,10 @@ struct Clocked {
     /// What its clock advanced in the window, and its samples' raw charges.
     cpu: i64,
     raw: i64,
-    /// The key of its latest sample in the window.
+    /// The key of its latest sample in the window that is not `sleeping`.
     latest: Option<Key>,
+    /// Whether it was sampled in the window.
+    seen: bool,
 }
 
 #[cfg(test)]
@@ -245,9 +252,16 @@ mod tests {
         a.add(&[sample(7, "f", 10_000_000, Some(1_000_000)), sample(8, "idle", 0, Some(0))], 10_000_000, None);
         a.add(&[sample(7, "g", 10_000_000, Some(21_000_000)), sample(8, "idle", 0, Some(2_000_000))], 10_000_000, None);
         a.add(&[sample(7, "h", 0, Some(31_000_000)), sample(8, "wait", 0, Some(5_000_000))], 10_000_000, None);
+        let mut asleep = sample(8, "asleep", 0, Some(5_000_000));
+        asleep.state = "sleeping";
+        a.add(&[asleep], 10_000_000, None);
         let c = cpu(&a.take());
         assert_eq!((c["f"], c["g"], c["h"]), (15_500_000, 15_500_000, 0));
-        assert_eq!((c["idle"], c["wait"]), (0, 5_000_000), "uncharged CPU on the latest sample");
+        assert_eq!(
+            (c["idle"], c["wait"], c["asleep"]),
+            (0, 5_000_000, 0),
+            "uncharged CPU on the latest sample not asleep"
+        );
         // The next window counts from the last readings.
         a.add(&[sample(7, "f", 3, Some(41_000_000)), sample(8, "idle", 0, Some(5_000_000))], 10_000_000, None);
         let c = cpu(&a.take());

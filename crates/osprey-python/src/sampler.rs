@@ -408,6 +408,9 @@ impl Sampler {
             // thread stopped for the read, or runnable but not run throughout it
             // (on a busy machine the sampler's own wakeup may take its CPU).
             let share = match (before, after) {
+                // Inside a sleeping call: what it runs is the call's entry
+                // and exit, not the stack's code.
+                _ if state == "sleeping" => 0.0,
                 _ if was_stopped => 1.0,
                 (Some(a), Some(b)) if b > a => (b.saturating_sub(a) as f64 / window.max(1.0)).min(1.0),
                 // Runnable before the read and after it.
