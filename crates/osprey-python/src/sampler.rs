@@ -24,8 +24,8 @@ pub struct ThreadSample {
     /// it: the wall time since the previous pass, times the part of the stack
     /// read during which the thread was on a CPU (its exact clock's advance
     /// over the read's wall time; 1 for a thread stopped for the read, which
-    /// was running, or runnable before and after a read that did not run
-    /// it). Without an exact clock: that wall time if the thread is
+    /// was running, or runnable before and after it; 0 inside a sleeping
+    /// call). Without an exact clock: that wall time if the thread is
     /// on CPU (or runnable), else 0. The aggregator scales a thread's charges
     /// to what its exact clock advanced in the window, and the rest to what
     /// the process CPU clock advanced beyond the exact threads.
@@ -402,19 +402,18 @@ impl Sampler {
                 _ if holds => k.state == 'R',
                 _ => sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R'),
             };
-            // The part of the read the thread spent on a CPU (its clock's
-            // advance over the read's wall time): a read overlaps a short
-            // burst of CPU more often than an instant falls in it. 1 for a
-            // thread stopped for the read, or runnable but not run throughout it
-            // (on a busy machine the sampler's own wakeup may take its CPU).
+            // 1 for a thread runnable before and after its read (running,
+            // or preempted: on a busy machine often by the sampler itself,
+            // and a longer read is preempted more often); else the part of
+            // the read it spent on a CPU (its clock's advance over the read's
+            // wall time), since a read overlaps a short burst of CPU between
+            // waits more often than an instant falls in it. None inside a
+            // sleeping call: what runs there is the call's entry and exit.
             let share = match (before, after) {
-                // Inside a sleeping call: what it runs is the call's entry
-                // and exit, not the stack's code.
                 _ if state == "sleeping" => 0.0,
                 _ if was_stopped => 1.0,
-                (Some(a), Some(b)) if b > a => (b.saturating_sub(a) as f64 / window.max(1.0)).min(1.0),
-                // Runnable before the read and after it.
                 _ if k.state == 'R' && self.procs.kernel(pid, tid).is_ok_and(|k| k.state == 'R') => 1.0,
+                (Some(a), Some(b)) => (b.saturating_sub(a) as f64 / window.max(1.0)).min(1.0),
                 _ => 0.0,
             };
             let cpu_ns = (wall as f64 * share).round() as i64;
