@@ -133,7 +133,8 @@ def main():
     # osprey first: its thread-state discovery may use ptrace, which py-spy's
     # attachment would refuse; once found, thread states are cached.
     time.sleep(0.5)
-    p.send_signal(signal.SIGUSR1)
+    if args.workload == "mixed":
+        p.send_signal(signal.SIGUSR1)  # the program's own clock counts from now
     s = subprocess.Popen(["py-spy", "record", "--pid", str(p.pid), "--duration", secs, "--rate",
                           str(args.hz), "--format", "raw", "-o", raw] + (["--nonblocking"] if args.nonblocking else []),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
