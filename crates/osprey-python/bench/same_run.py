@@ -75,6 +75,11 @@ while True:
 FUNCS = {"calls": ["a", "b", "c"], "mixed": ["crunch", "parse", "write_files", "<module>"]}
 
 
+def short(name):
+    """`Class.method` -> `method`; `<module>`, `<lambda>` stay whole."""
+    return name if name.startswith("<") else name.split(".")[-1]
+
+
 def osprey_flat(osprey, out):
     """Flat shares by cpu, read by `go tool pprof` (the reference reader).
     The `[gc]` frame osprey puts over a stack while the collector runs is
@@ -87,7 +92,7 @@ def osprey_flat(osprey, out):
     for line in rep.splitlines():
         m = re.match(r"\s*\S+\s+([\d.]+)%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.*)$", line)
         if m:
-            name = m.group(2) if m.group(2).startswith("<") else m.group(2).split(".")[-1]
+            name = short(m.group(2))
             flat[name] = flat.get(name, 0.0) + float(m.group(1))
     return flat
 
@@ -100,8 +105,7 @@ def pyspy_flat(raw):
             continue
         n = int(n)
         leaf = stack.split(";")[-1]
-        name = leaf.split(" (")[0]
-        name = name if name.startswith("<") else name.split(".")[-1]
+        name = short(leaf.split(" (")[0])
         counts[name] = counts.get(name, 0) + n
         total += n
     return {k: 100.0 * v / total for k, v in counts.items()}

@@ -121,7 +121,10 @@ impl Aggregator {
                 c.cpu += clock.checked_sub(c.last).unwrap_or(clock) as i64;
                 c.last = clock;
                 c.raw += s.cpu_ns;
-                if s.state != "sleeping" {
+                // Needed only while none of its samples is charged.
+                if c.raw > 0 {
+                    c.latest = None;
+                } else if s.state != "sleeping" {
                     c.latest = Some(key.clone());
                 }
                 c.seen = true;
@@ -208,7 +211,8 @@ struct Clocked {
     /// What its clock advanced in the window, and its samples' raw charges.
     cpu: i64,
     raw: i64,
-    /// The key of its latest sample in the window that is not `sleeping`.
+    /// The key of its latest sample in the window that is not `sleeping`,
+    /// kept while none of its samples is charged.
     latest: Option<Key>,
     /// Whether it was sampled in the window.
     seen: bool,
@@ -223,7 +227,6 @@ mod tests {
             tid,
             name: "t".into(),
             state: "running",
-            on_cpu: cpu_ns > 0,
             cpu_ns,
             tstate: 0,
             frames: vec![Frame::Synthetic(leaf.into())],

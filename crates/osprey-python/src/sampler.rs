@@ -19,7 +19,6 @@ pub struct ThreadSample {
     /// The Python thread name where one is known, else the OS thread name.
     pub name: String,
     pub state: &'static str,
-    pub on_cpu: bool,
     /// CPU (ns) charged to this sample before [`crate::Aggregator`] scales
     /// it: the wall time since the previous pass, times the part of the stack
     /// read during which the thread was on a CPU (its exact clock's advance
@@ -402,28 +401,37 @@ impl Sampler {
                 _ if holds => k.state == 'R',
                 _ => sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R'),
             };
+            // With an exact clock (`after` read): the pass's wall time, times
             // 1 for a thread runnable before and after its read (running,
             // or preempted: on a busy machine often by the sampler itself,
-            // and a longer read is preempted more often); else the part of
-            // the read it spent on a CPU (its clock's advance over the read's
-            // wall time), since a read overlaps a short burst of CPU between
-            // waits more often than an instant falls in it. None inside a
-            // sleeping call: what runs there is the call's entry and exit.
-            let share = match (before, after) {
-                _ if state == "sleeping" => 0.0,
-                _ if was_stopped => 1.0,
-                _ if k.state == 'R' && self.procs.kernel(pid, tid).is_ok_and(|k| k.state == 'R') => 1.0,
-                (Some(a), Some(b)) => (b.saturating_sub(a) as f64 / window.max(1.0)).min(1.0),
-                _ => 0.0,
+            // and a longer read is preempted more often); else times the
+            // part of the read it spent on a CPU (its clock's advance over
+            // the read's wall time), since a read overlaps a short burst of
+            // CPU between waits more often than an instant falls in it.
+            // None inside a sleeping call: what runs there is the call's
+            // entry and exit. Without one: the pass's wall time if on CPU,
+            // from the second pass on ([`crate::Aggregator`] rescales these
+            // charges per window to the process CPU clock).
+            let cpu_ns = if let Some(b) = after {
+                let share = match before {
+                    _ if state == "sleeping" => 0.0,
+                    _ if was_stopped => 1.0,
+                    _ if k.state == 'R' && self.procs.kernel(pid, tid).is_ok_and(|k| k.state == 'R') => 1.0,
+                    Some(a) => (b.saturating_sub(a) as f64 / window.max(1.0)).min(1.0),
+                    None => 0.0,
+                };
+                (wall as f64 * share).round() as i64
+            } else if on_cpu && self.last_pass.is_some() {
+                wall
+            } else {
+                0
             };
-            let cpu_ns = (wall as f64 * share).round() as i64;
             self.stats.samples += 1;
             self.stats.threads_seen.insert(tid);
             out.push(ThreadSample {
                 tid,
                 name: self.names.name(tstate).map_or(k.name, str::to_string),
                 state,
-                on_cpu,
                 cpu_ns,
                 tstate,
                 frames,
@@ -432,14 +440,6 @@ impl Sampler {
                 gil_wait_ns,
                 task,
             });
-        }
-        // Threads without an exact clock: each one on CPU now is charged the
-        // pass's wall time; [`crate::Aggregator`] rescales these charges per
-        // window to the process CPU clock.
-        if self.last_pass.is_some() {
-            for s in out.iter_mut().filter(|s| s.on_cpu && s.thread_cpu.is_none()) {
-                s.cpu_ns = wall;
-            }
         }
         self.last_pass = Some(now);
         if cpu_now.is_some() {
