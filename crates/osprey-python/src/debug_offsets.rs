@@ -522,6 +522,7 @@ impl DebugOffsets {
             frame_owner: Some(g("interpreter_frame.owner")?),
             frame_is_entry: None,
             frame_live: None,
+            frame_gen: None,
             code_zombieframe: None,
             tstate_recursion_depth: None,
             tstate_datastack: None,

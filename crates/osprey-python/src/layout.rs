@@ -87,6 +87,8 @@ pub struct Layout {
     /// `f_executing`, 3.10 `f_state`): a frame that returned keeps its other
     /// fields.
     pub frame_live: Option<u64>,
+    /// `f_gen` in a frame object (3.8-3.10): its generator, or 0.
+    pub frame_gen: Option<u64>,
     /// `co_zombieframe` in `PyCodeObject` (3.8-3.10): the frame the
     /// interpreter keeps for that code object's next call.
     pub code_zombieframe: Option<u64>,
@@ -140,6 +142,10 @@ pub struct Layout {
 /// the C stack's (3.14+: 3 and 4).
 pub const FRAME_OWNED_BY_CSTACK: u8 = 3;
 
+/// Owner value of a generator's or coroutine's frame (3.11+), which lives
+/// in its generator object.
+pub const FRAME_OWNED_BY_GENERATOR: u8 = 1;
+
 impl Layout {
     /// Values shared by every version (the PyObject header, GIL and string
     /// fields that did not move); version-specific fields are zero.
@@ -168,6 +174,7 @@ impl Layout {
             frame_owner: None,
             frame_is_entry: None,
             frame_live: None,
+            frame_gen: None,
             code_zombieframe: None,
             tstate_recursion_depth: None,
             tstate_datastack: None,
@@ -219,6 +226,7 @@ impl Layout {
                 l.code_linetable = 120;
                 l.line_table = if minor == 10 { LineTable::Linetable310 } else { LineTable::Lnotab };
                 l.frame_live = Some(if minor == 10 { 108 } else { 116 });
+                l.frame_gen = Some(if minor == 10 { 88 } else { 96 });
                 l.code_zombieframe = Some(128);
                 if minor == 8 {
                     l.runtime_gc_collecting = Some(544);
@@ -281,6 +289,9 @@ impl Layout {
         let mut f = self.frame_code.max(self.frame_previous).max(self.frame_instr) + 8;
         for o in [self.frame_owner, self.frame_is_entry, self.frame_live].into_iter().flatten() {
             f = f.max(o + 1);
+        }
+        if let Some(o) = self.frame_gen {
+            f = f.max(o + 8);
         }
         self.frame_size_to_read = f as usize;
         let mut c = self.code_filename.max(self.code_name).max(self.code_firstlineno).max(self.code_linetable) + 8;

@@ -5,6 +5,8 @@ module). deep N: a recursion N deep that stays there spinning. from_c: a
 loop calling `Made.__init__` (which the interpreter calls from C) and
 `direct`, each about 5 us of work; the loop itself is a few percent.
 chain: a loop calling a -> b -> c, each a microsecond or less of work.
+gen: a loop over a generator, `consume` taking each item `produce` yields
+(each side well under a microsecond an item).
 Prints "ready" once running; runs until killed."""
 import sys
 
@@ -54,6 +56,20 @@ def a(n):
     return b(n) + len(str(n))
 
 
+def produce(n):
+    for i in range(n):
+        x = (i * 3 + 1) ^ (i >> 2)
+        yield x
+
+
+def consume(n):
+    s = 0
+    for x in produce(n):
+        s += x & 7
+        s ^= x >> 3
+    return s
+
+
 def main():
     if sys.argv[1] == "deep":
         sys.setrecursionlimit(int(sys.argv[2]) + 100)
@@ -63,6 +79,9 @@ def main():
         while True:
             for i in range(200):
                 a(i % 20)
+    if sys.argv[1] == "gen":
+        while True:
+            consume(2000)
     if sys.argv[1] == "from_c":
         while True:
             Made(300)
