@@ -5,6 +5,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
 
+use crate::state::State;
 use crate::{Sampler, ThreadSample};
 
 /// A stack and its labels.
@@ -100,7 +101,7 @@ impl Aggregator {
             let mut labels = vec![
                 Label { key: "thread id".into(), value: LabelValue::Num(s.tid as i64) },
                 Label { key: "thread name".into(), value: LabelValue::Str(s.name.clone()) },
-                Label { key: "state".into(), value: LabelValue::Str(s.state.to_string()) },
+                Label { key: "state".into(), value: LabelValue::Str(s.state.label().into()) },
                 Label { key: "process".into(), value: LabelValue::Str(self.process.clone()) },
             ];
             if self.timeline {
@@ -124,7 +125,7 @@ impl Aggregator {
                 // Needed only while none of its samples is charged.
                 if c.raw > 0 {
                     c.latest = None;
-                } else if s.state != "sleeping" {
+                } else if s.state != State::Sleeping {
                     c.latest = Some(key.clone());
                 }
                 c.seen = true;
@@ -226,7 +227,7 @@ mod tests {
         ThreadSample {
             tid,
             name: "t".into(),
-            state: "running",
+            state: State::Running,
             cpu_ns,
             tstate: 0,
             frames: vec![Frame::Synthetic(leaf.into())],
@@ -256,7 +257,7 @@ mod tests {
         a.add(&[sample(7, "g", 10_000_000, Some(21_000_000)), sample(8, "idle", 0, Some(2_000_000))], 10_000_000, None);
         a.add(&[sample(7, "h", 0, Some(31_000_000)), sample(8, "wait", 0, Some(5_000_000))], 10_000_000, None);
         let mut asleep = sample(8, "asleep", 0, Some(5_000_000));
-        asleep.state = "sleeping";
+        asleep.state = State::Sleeping;
         a.add(&[asleep], 10_000_000, None);
         let c = cpu(&a.take());
         assert_eq!((c["f"], c["g"], c["h"]), (15_500_000, 15_500_000, 0));

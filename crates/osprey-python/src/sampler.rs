@@ -7,7 +7,7 @@ use osprey_pprof::Frame;
 
 use crate::cpuclock::TaskClock;
 use crate::stack::{read_stack, CodeCache, End};
-use crate::state::{classify, ProcFiles, Sys};
+use crate::state::{classify, ProcFiles, State, Sys};
 use crate::target::Target;
 use crate::threads::Discovery;
 use crate::{Error, Method};
@@ -18,7 +18,7 @@ pub struct ThreadSample {
     pub tid: i32,
     /// The Python thread name where one is known, else the OS thread name.
     pub name: String,
-    pub state: &'static str,
+    pub state: State,
     /// CPU (ns) charged to this sample before [`crate::Aggregator`] scales
     /// it: the wall time since the previous pass, times the part of the stack
     /// read during which the thread was on a CPU (its exact clock's advance
@@ -390,7 +390,7 @@ impl Sampler {
             }
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
             let state = classify(holds, k.state, sys, &ranges);
-            let gil_wait_ns = self.gil_waits.observe(tid, state == "waiting for gil", now);
+            let gil_wait_ns = self.gil_waits.observe(tid, state == State::WaitingForGil, now);
             let task = self.tasks.name(&self.target, task);
             // On a CPU during the stack read: its exact clock moved. Without
             // one, runnable (which also counts preempted threads).
@@ -414,7 +414,7 @@ impl Sampler {
             // charges per window to the process CPU clock).
             let cpu_ns = if let Some(b) = after {
                 let share = match before {
-                    _ if state == "sleeping" => 0.0,
+                    _ if state == State::Sleeping => 0.0,
                     _ if was_stopped => 1.0,
                     _ if k.state == 'R' && self.procs.kernel(pid, tid).is_ok_and(|k| k.state == 'R') => 1.0,
                     Some(a) => (b.saturating_sub(a) as f64 / window.max(1.0)).min(1.0),

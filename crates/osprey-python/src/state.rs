@@ -107,26 +107,52 @@ pub enum Sys {
     Unknown,
 }
 
-/// State label of a sample: `running` (holds the GIL), `native` (on CPU
-/// without the GIL: C code such as zlib, or about to take the GIL),
-/// `waiting for gil` (blocked on the GIL's futexes), `sleeping` (blocked in a
-/// sleep/poll-like call), `blocked` (any other wait: locks, I/O, D state).
-pub fn classify(holds_gil: bool, kstate: char, sys: Sys, gil_ranges: &[(u64, u64)]) -> &'static str {
+/// What a thread was doing when sampled (its `state` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Holds the GIL.
+    Running,
+    /// On a CPU without the GIL: C code such as zlib, or about to take it.
+    Native,
+    /// Blocked on the GIL's futexes.
+    WaitingForGil,
+    /// Blocked in a sleep- or poll-like call: uses no CPU.
+    Sleeping,
+    /// Any other wait: locks, I/O, D state.
+    Blocked,
+}
+
+impl State {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::Native => "native",
+            State::WaitingForGil => "waiting for gil",
+            State::Sleeping => "sleeping",
+            State::Blocked => "blocked",
+        }
+    }
+}
+
+/// A sample's state from the GIL, the kernel's run state and the syscall
+/// the thread is in.
+pub fn classify(holds_gil: bool, kstate: char, sys: Sys, gil_ranges: &[(u64, u64)]) -> State {
     if holds_gil {
-        return "running";
+        return State::Running;
     }
     if sys == Sys::Running || (sys == Sys::Unknown && kstate == 'R') {
-        return "native";
+        return State::Native;
     }
     if let Sys::In(nr, a1) = sys {
         if nr == SYS_FUTEX && gil_ranges.iter().any(|&(lo, hi)| a1 >= lo && a1 < hi) {
-            return "waiting for gil";
+            return State::WaitingForGil;
         }
         if kstate != 'D' && SLEEP_SYSCALLS.contains(&nr) {
-            return "sleeping";
+            return State::Sleeping;
         }
     }
-    "blocked"
+    State::Blocked
 }
 
 #[cfg(test)]
@@ -139,12 +165,13 @@ mod tests {
         assert_eq!(k.state, 'S');
         assert_eq!(parse_syscall("202 0x7f00 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f12\n"), Some((202, 0x7f00)));
         assert_eq!(parse_syscall("running\n"), None);
-        assert_eq!(classify(true, 'S', Sys::Unknown, &[]), "running");
-        assert_eq!(classify(false, 'R', Sys::Unknown, &[]), "native");
-        assert_eq!(classify(false, 'S', Sys::Running, &[]), "native");
-        assert_eq!(classify(false, 'S', Sys::In(202, 0x1010), &[(0x1000, 0x10d0)]), "waiting for gil");
-        assert_eq!(classify(false, 'S', Sys::In(202, 0x2000), &[(0x1000, 0x10d0)]), "blocked");
-        assert_eq!(classify(false, 'S', Sys::In(230, 0), &[]), "sleeping");
-        assert_eq!(classify(false, 'D', Sys::In(0, 3), &[]), "blocked");
+        assert_eq!(classify(true, 'S', Sys::Unknown, &[]), State::Running);
+        assert_eq!(classify(false, 'R', Sys::Unknown, &[]), State::Native);
+        assert_eq!(classify(false, 'S', Sys::Running, &[]), State::Native);
+        assert_eq!(classify(false, 'S', Sys::In(202, 0x1010), &[(0x1000, 0x10d0)]), State::WaitingForGil);
+        assert_eq!(classify(false, 'S', Sys::In(202, 0x2000), &[(0x1000, 0x10d0)]), State::Blocked);
+        assert_eq!(classify(false, 'S', Sys::In(230, 0), &[]), State::Sleeping);
+        assert_eq!(classify(false, 'D', Sys::In(0, 3), &[]), State::Blocked);
+        assert_eq!(State::WaitingForGil.label(), "waiting for gil");
     }
 }
