@@ -6,14 +6,16 @@ same duration; the flat shares of the workload's functions are compared
 (osprey by cpu, py-spy by non-idle samples).
 
   python3 same_run.py --osprey target/release/osprey [--python python3.12]
-      [--workload calls|mixed] [--secs 10] [--hz 100] [--nonblocking]
+      [--workload calls|mixed|gen] [--secs 10] [--hz 100] [--nonblocking]
 
 Workloads: `calls`, a 3-level call loop (a -> b -> c, each doing a little
 work: where a sampler that drops torn stacks under-counts the innermost;
 `chain` of tests/py/calls.py);
 `mixed`, CPU in two functions, freeing a result at the module level, file
 writes and random sleeps; the program times each part with its own
-`time.thread_time()` and those shares are printed as `program`."""
+`time.thread_time()` and those shares are printed as `program`;
+`gen`, a `for` loop over a generator (each side well under a microsecond
+an item) and a plain loop beside it."""
 import argparse
 import json
 import os
@@ -72,7 +74,29 @@ while True:
         os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 ''',
 }
-FUNCS = {"calls": ["a", "b", "c"], "mixed": ["crunch", "parse", "write_files", "<module>"]}
+WORKLOADS["gen"] = '''
+def gen(n):
+    for i in range(n):
+        x = (i * 3 + 1) ^ (i >> 2)
+        yield x
+def consume(n):
+    s = 0
+    for x in gen(n):
+        s += x & 7
+        s ^= x >> 3
+    return s
+def outer(n):
+    t = 0
+    for i in range(n):
+        t += i * i
+    return t
+print("ready", flush=True)
+while True:
+    consume(20000)
+    outer(20000)
+'''
+FUNCS = {"calls": ["a", "b", "c"], "mixed": ["crunch", "parse", "write_files", "<module>"],
+         "gen": ["gen", "consume", "outer"]}
 
 
 def short(name):
