@@ -607,23 +607,13 @@ fn walk_once(
         }
     }
     // Addresses of this walk first, then those of earlier walks (the
-    // deeper frames of a stack that was shallower just now), bounded.
-    let mut next = w.chain.clone();
-    let have: HashSet<u64> = next.iter().copied().collect();
-    next.extend(hints.chain.iter().copied().filter(|a| !have.contains(a)));
-    next.truncate(HINT_FRAMES.max(w.chain.len()).min(MAX_DEPTH));
-    hints.chain = next;
-    if !w.gens.is_empty() || !hints.gens.is_empty() {
-        // This walk's generators first, then earlier walks', bounded.
-        let mine: HashSet<u64> = w.gens.iter().map(|g| g.0).collect();
-        let old = hints.gens.iter().filter(|g| !mine.contains(&g.0));
-        hints.gens = w.gens.iter().chain(old).copied().take(GENS).collect();
-    }
+    // deeper frames of a stack that was shallower just now).
+    let bound = HINT_FRAMES.max(w.chain.len()).min(MAX_DEPTH);
+    hints.chain = latest_first(w.chain.iter().copied(), &hints.chain, |&a| a, bound);
+    hints.gens = latest_first(w.gens.iter().copied(), &hints.gens, |g| g.0, GENS);
     if l.code_zombieframe.is_some() {
-        // This walk's code objects first, then earlier walks', bounded.
-        let mut have = HashSet::new();
-        let codes = w.codes.iter().chain(&hints.codes).copied().filter(|&c| c != 0 && have.insert(c));
-        hints.codes = codes.take(HINT_FRAMES).collect();
+        let codes = w.codes.iter().copied().filter(|&c| c != 0);
+        hints.codes = latest_first(codes, &hints.codes, |&c| c, HINT_FRAMES);
     }
     if let (Some(c), Some(e), true) = (named, w.entry, l.minor == 12) {
         // The walk began at the current frame of cframe `c`: the first
@@ -638,6 +628,18 @@ fn walk_once(
         cache.threads.clear();
     }
     Ok(w)
+}
+
+/// What a thread's walks remember: this walk's `new` first, then those of
+/// earlier walks (`old`) whose key it lacks, at most `bound`.
+fn latest_first<T: Copy, K: std::hash::Hash + Eq>(
+    new: impl IntoIterator<Item = T>,
+    old: &[T],
+    key: impl Fn(&T) -> K,
+    bound: usize,
+) -> Vec<T> {
+    let mut have = HashSet::new();
+    new.into_iter().chain(old.iter().copied()).filter(|x| have.insert(key(x))).take(bound).collect()
 }
 
 /// The innermost frame of a thread whose cframe pointer (3.11-3.12) read
