@@ -15,7 +15,7 @@ work: where a sampler that drops torn stacks under-counts the innermost;
 writes and random sleeps; the program times each part with its own
 `time.thread_time()` and those shares are printed as `program`;
 `gen`, a `for` loop over a generator (each side well under a microsecond
-an item) and a plain loop beside it."""
+an item; `gen` of tests/py/calls.py)."""
 import argparse
 import json
 import os
@@ -29,6 +29,7 @@ import time
 CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "py", "calls.py")
 WORKLOADS = {
     "calls": None,
+    "gen": None,
     "mixed": '''
 import json, os, random, signal, sys, tempfile, time
 def crunch(n):
@@ -74,29 +75,8 @@ while True:
         os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 ''',
 }
-WORKLOADS["gen"] = '''
-def gen(n):
-    for i in range(n):
-        x = (i * 3 + 1) ^ (i >> 2)
-        yield x
-def consume(n):
-    s = 0
-    for x in gen(n):
-        s += x & 7
-        s ^= x >> 3
-    return s
-def outer(n):
-    t = 0
-    for i in range(n):
-        t += i * i
-    return t
-print("ready", flush=True)
-while True:
-    consume(20000)
-    outer(20000)
-'''
 FUNCS = {"calls": ["a", "b", "c"], "mixed": ["crunch", "parse", "write_files", "<module>"],
-         "gen": ["gen", "consume", "outer"]}
+         "gen": ["produce", "consume"]}
 
 
 def short(name):
@@ -146,8 +126,8 @@ def main():
     ap.add_argument("--nonblocking", action="store_true", help="py-spy record --nonblocking")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
-    if args.workload == "calls":
-        argv = [CALLS, "chain"]
+    if WORKLOADS[args.workload] is None:
+        argv = [CALLS, {"calls": "chain", "gen": "gen"}[args.workload]]
     else:
         argv = [os.path.join(tmp, "w.py"), os.path.join(tmp, "program.json")]
         open(argv[0], "w").write(WORKLOADS[args.workload])
