@@ -21,15 +21,10 @@ pub struct ThreadSample {
     /// The Python thread name where one is known, else the OS thread name.
     pub name: String,
     pub state: State,
-    /// CPU (ns) charged to this sample before [`crate::sampling::aggregate::Aggregator`] scales
-    /// it: the wall time since the previous pass, times the part of the stack
-    /// read during which the thread was on a CPU (its exact clock's advance
-    /// over the read's wall time; 1 for a thread stopped for the read, which
-    /// was running, or runnable before and after it; 0 inside a sleeping
-    /// call). Without an exact clock: that wall time if the thread is
-    /// on CPU (or runnable), else 0. The aggregator scales a thread's charges
-    /// to what its exact clock advanced in the window, and the rest to what
-    /// the process CPU clock advanced beyond the exact threads.
+    /// CPU (ns) charged to this sample before the aggregator scales it to
+    /// the thread's (or the process's) CPU clock: the wall time since the
+    /// previous pass, times the part of the stack read the thread spent on a
+    /// CPU (see docs/design/python-walk.md, "CPU charges").
     pub cpu_ns: i64,
     /// Address of the thread's `PyThreadState` (shown by `Debug`).
     #[allow(dead_code)]
@@ -386,17 +381,10 @@ impl Sampler {
                 _ if holds => k.state == 'R',
                 _ => sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R'),
             };
-            // With an exact clock (`after` read): the pass's wall time, times
-            // 1 for a thread runnable before and after its read (running,
-            // or preempted: on a busy machine often by the sampler itself,
-            // and a longer read is preempted more often); else times the
-            // part of the read it spent on a CPU (its clock's advance over
-            // the read's wall time), since a read overlaps a short burst of
-            // CPU between waits more often than an instant falls in it.
-            // None inside a sleeping call: what runs there is the call's
-            // entry and exit. Without one: the pass's wall time if on CPU,
-            // from the second pass on ([`crate::sampling::aggregate::Aggregator`] rescales these
-            // charges per window to the process CPU clock).
+            // With an exact clock: the wall time times 1 if runnable before
+            // and after the read (preempted too), else the share of the read
+            // spent on a CPU; 0 in a sleeping call. Without one: the wall
+            // time if on a CPU, from the second pass on.
             let cpu_ns = if let Some(b) = after {
                 let share = match before {
                     _ if state == State::Sleeping => 0.0,
