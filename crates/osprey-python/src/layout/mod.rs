@@ -3,7 +3,7 @@
 //! each version's installed headers (`tests/layout_and_errors.rs`
 //! recomputes them with a C compiler and compares). 3.13 and later describe
 //! themselves: see [`debug_offsets`]. Where thread-local data lives comes
-//! from the target's machine code ([`decode`]).
+//! from the target's machine code (`decode`).
 
 pub mod debug_offsets;
 pub(crate) mod decode;

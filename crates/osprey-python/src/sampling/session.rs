@@ -34,7 +34,7 @@ pub struct Options {
     /// Mixed native and Python stacks (see [`native`]); implies `blocking`.
     pub native: bool,
     /// Stop each running thread for the moment its stack is read (see
-    /// [`ptrace`]): stacks that change faster than they can be copied are
+    /// [`crate::remote::ptrace`]): stacks that change faster than they can be copied are
     /// read whole, at a cost per sample.
     pub blocking: bool,
     /// The process was started to be profiled (`osprey exec`): a thread
