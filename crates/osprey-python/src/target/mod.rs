@@ -2,15 +2,19 @@
 //! its version (read from the process), the structure layout, and the
 //! decoded thread-local access paths.
 
+pub(crate) mod pyobject;
+pub mod thread_states;
+
 use std::io;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
-use crate::debug_offsets::{self, DebugOffsets};
-use crate::decode::{self, AddrRef, PthreadKeyLayout, TlsAccess, TlsDecode};
+use crate::error::Error;
+use crate::layout::debug_offsets::{self, DebugOffsets};
+use crate::layout::decode::{self, AddrRef, PthreadKeyLayout, TlsAccess, TlsDecode};
 use crate::layout::{Layout, FRAME_OWNED_BY_CSTACK};
-use crate::namespace::{self, TidMap};
-use crate::process::{self, Mem, Module};
-use crate::Error;
+use crate::remote::namespace::{self, TidMap};
+use crate::remote::process::{self, Mem, Module};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 /// A CPython version (`major.minor.micro`).
@@ -236,7 +240,7 @@ fn layout_of(
             "no _Py_DebugOffsets (\"xdebugpy\") at the start of _PyRuntime to read its layout from".into(),
         ));
     };
-    let claimed = crate::target::Version::from_hex(d.version_hex());
+    let claimed = Version::from_hex(d.version_hex());
     if (claimed.major, claimed.minor) != (version.major, version.minor) {
         return Err(refuse(format!("its debug offsets claim version {claimed}")));
     }
@@ -364,7 +368,7 @@ impl Target {
     /// thread ids of this process, and frames whose code objects are code
     /// objects. A chain changing under the read gets two more tries;
     /// `Unsupported` when the layout does not check out, which
-    /// [`crate::open_target`] retries while the runtime is starting.
+    /// [`open_target`] retries while the runtime is starting.
     pub fn check_live(&self) -> Result<(), Error> {
         let mut why = String::new();
         for attempt in 0..3 {
@@ -474,6 +478,49 @@ impl Target {
     /// Address of the interpreter head, 0 while the runtime is not initialized.
     pub fn interp_head(&self) -> io::Result<u64> {
         self.mem.u64(self.runtime + self.layout.runtime_interpreters_head)
+    }
+}
+
+/// Is `path` a CPython interpreter executable? Looks at the ELF file: a
+/// `libpython3` NEEDED entry, or CPython's own symbols (static builds).
+pub fn is_cpython_executable(path: &Path) -> bool {
+    let Ok(info) = process::elf_info(path, &["Py_BytesMain"]) else { return false };
+    info.dynstr_needs_libpython || info.defines_python
+}
+
+/// Does process `pid` run CPython (a libpython3 mapping, or an executable
+/// that is a CPython interpreter)?
+pub fn is_cpython_process(pid: i32) -> bool {
+    if let Ok(maps) = process::read_maps(pid) {
+        if maps.iter().any(|m| process::is_libpython_name(m.path.rsplit('/').next().unwrap_or(""))) {
+            return true;
+        }
+    }
+    match process::exe_path(pid) {
+        Ok(exe) => is_cpython_executable(&process::target_path(pid, exe.trim_end_matches(" (deleted)"))),
+        Err(_) => false,
+    }
+}
+
+/// Opens the target, waiting briefly for a process that was just started
+/// (its loader may not have mapped libpython yet, or it may not have
+/// exec'd the interpreter yet).
+pub fn open_target(pid: i32) -> Result<Target, Error> {
+    let start = Instant::now();
+    let me = std::fs::read_link("/proc/self/exe").ok();
+    loop {
+        match Target::open(pid) {
+            Ok(t) => return Ok(t),
+            Err(e @ Error::NotCpython(_)) | Err(e @ Error::Unsupported(_)) => {
+                let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+                let young = exe.is_some() && (exe == me || is_cpython_process(pid));
+                if !young || start.elapsed() > Duration::from_secs(3) {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

@@ -1,5 +1,6 @@
-//! Thread states: what the kernel says (`/proc/PID/task/TID/stat` and
-//! `.../syscall`) combined with who holds the GIL.
+//! What the kernel says about another process's thread:
+//! `/proc/PID/task/TID/stat` (name, run state) and `.../syscall` (the
+//! system call it is blocked in).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -30,20 +31,6 @@ pub fn parse_syscall(s: &str) -> Option<(i64, u64)> {
     let a1 = it.next().and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok()).unwrap_or(0);
     Some((nr, a1))
 }
-
-const SYS_FUTEX: i64 = 202;
-const SLEEP_SYSCALLS: &[i64] = &[
-    35,  // nanosleep
-    230, // clock_nanosleep
-    23,  // select
-    270, // pselect6
-    7,   // poll
-    271, // ppoll
-    232, // epoll_wait
-    281, // epoll_pwait
-    441, // epoll_pwait2
-    34,  // pause
-];
 
 /// Open /proc files per thread, re-read with pread.
 #[derive(Default)]
@@ -107,57 +94,10 @@ pub enum Sys {
     Unknown,
 }
 
-/// What a thread was doing when sampled (its `state` label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
-    /// Holds the GIL.
-    Running,
-    /// On a CPU without the GIL: C code such as zlib, or about to take it.
-    Native,
-    /// Blocked on the GIL's futexes.
-    WaitingForGil,
-    /// Blocked in a sleep- or poll-like call: uses no CPU.
-    Sleeping,
-    /// Any other wait: locks, I/O, D state.
-    Blocked,
-}
-
-impl State {
-    /// The label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            State::Running => "running",
-            State::Native => "native",
-            State::WaitingForGil => "waiting for gil",
-            State::Sleeping => "sleeping",
-            State::Blocked => "blocked",
-        }
-    }
-}
-
-/// A sample's state from the GIL, the kernel's run state and the syscall
-/// the thread is in.
-pub fn classify(holds_gil: bool, kstate: char, sys: Sys, gil_ranges: &[(u64, u64)]) -> State {
-    if holds_gil {
-        return State::Running;
-    }
-    if sys == Sys::Running || (sys == Sys::Unknown && kstate == 'R') {
-        return State::Native;
-    }
-    if let Sys::In(nr, a1) = sys {
-        if nr == SYS_FUTEX && gil_ranges.iter().any(|&(lo, hi)| a1 >= lo && a1 < hi) {
-            return State::WaitingForGil;
-        }
-        if kstate != 'D' && SLEEP_SYSCALLS.contains(&nr) {
-            return State::Sleeping;
-        }
-    }
-    State::Blocked
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
     #[test]
     fn stat_and_syscall() {
         let k = parse_stat("1234 (python3 (x)) S 1 2 3").unwrap();
@@ -165,13 +105,5 @@ mod tests {
         assert_eq!(k.state, 'S');
         assert_eq!(parse_syscall("202 0x7f00 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f12\n"), Some((202, 0x7f00)));
         assert_eq!(parse_syscall("running\n"), None);
-        assert_eq!(classify(true, 'S', Sys::Unknown, &[]), State::Running);
-        assert_eq!(classify(false, 'R', Sys::Unknown, &[]), State::Native);
-        assert_eq!(classify(false, 'S', Sys::Running, &[]), State::Native);
-        assert_eq!(classify(false, 'S', Sys::In(202, 0x1010), &[(0x1000, 0x10d0)]), State::WaitingForGil);
-        assert_eq!(classify(false, 'S', Sys::In(202, 0x2000), &[(0x1000, 0x10d0)]), State::Blocked);
-        assert_eq!(classify(false, 'S', Sys::In(230, 0), &[]), State::Sleeping);
-        assert_eq!(classify(false, 'D', Sys::In(0, 3), &[]), State::Blocked);
-        assert_eq!(State::WaitingForGil.label(), "waiting for gil");
     }
 }

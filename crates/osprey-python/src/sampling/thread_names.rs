@@ -16,9 +16,9 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::time::{Duration, Instant};
 
-use crate::pyobject::Reader;
+use crate::target::pyobject::{Long, Reader};
+use crate::target::thread_states::list_tstates;
 use crate::target::Target;
-use crate::threads::list_tstates;
 
 /// Names are re-read this often (renamed threads show within it).
 pub const REFRESH: Duration = Duration::from_secs(1);
@@ -30,6 +30,8 @@ pub const BUDGET: u32 = 8192;
 pub const MAX_THREADS: usize = 512;
 /// Interpreters looked into, at most.
 const MAX_INTERPS: usize = 16;
+/// Characters of a name kept (a longer one is cut).
+const MAX_NAME: usize = 256;
 
 /// What refreshing has cost so far.
 #[derive(Clone, Debug, Default)]
@@ -165,7 +167,7 @@ impl ThreadNames {
                 .attrs(v)
                 .ok()
                 .and_then(|attrs| r.find(&attrs, "_name", &mut self.hints.name))
-                .and_then(|s| r.str(s).ok());
+                .and_then(|s| r.str(s, MAX_NAME, Long::Cut).ok());
             out.insert(ident, name);
         }
         Ok(out)

@@ -1,7 +1,7 @@
 //! Putting a thread's Python frames where they ran among its native frames.
 //!
 //! Each call of the interpreter's C evaluation function (an *eval* native
-//! frame) runs a group of Python frames ([`crate::stack::Stack::evals`]).
+//! frame) runs a group of Python frames ([`crate::walk::Stack::evals`]).
 //! When the native walk and the Python walk both reached their outermost
 //! frames and count the same number of calls, the k-th eval frame (innermost
 //! first) is replaced by the k-th group. Between two groups, the native

@@ -2,9 +2,14 @@
 //! builds). 3.8–3.12: per-version tables, computed with `offsetof` against
 //! each version's installed headers (`tests/layout_and_errors.rs`
 //! recomputes them with a C compiler and compares). 3.13 and later describe
-//! themselves: see [`crate::debug_offsets`].
+//! themselves: see [`debug_offsets`]. Where thread-local data lives comes
+//! from the target's machine code (`decode`).
 
-pub use crate::object_layout::ObjectLayout;
+pub mod debug_offsets;
+pub(crate) mod decode;
+pub mod objects;
+
+pub use objects::ObjectLayout;
 
 /// How a frame's instruction position is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

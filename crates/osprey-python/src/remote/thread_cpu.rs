@@ -1,12 +1,7 @@
-//! Exact CPU clocks for the threads of another process.
-//!
-//! `clock_gettime` on another process's CPU clock, `/proc/PID/task/TID/stat`
-//! and `.../sched` all report the time the scheduler last accounted: for a
-//! thread running on another CPU that is up to one scheduler tick old, and it
-//! jumps at the target's own scheduler events (even its `clock_gettime`
-//! calls). A perf `task-clock` counter on the thread is read exactly (the
-//! kernel updates a running thread's count on its CPU before answering), so
-//! two reads around a stack read tell whether the thread was on a CPU then.
+//! Exact CPU clocks of another process's threads: a perf `task-clock`
+//! counter per thread, up to date when read (the kernel's other CPU clocks
+//! lag up to a scheduler tick; see docs/design/python-walk.md, "CPU
+//! charges").
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

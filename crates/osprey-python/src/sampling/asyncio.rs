@@ -12,8 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::process::{self, rd_u32, rd_u64};
-use crate::stack::read_unicode;
+use crate::remote::process::{self, rd_u32, rd_u64};
+use crate::target::pyobject::{Long, Reader};
 use crate::target::Target;
 
 /// How often to look for the `_asyncio` module while it is not loaded.
@@ -102,6 +102,9 @@ impl Tasks {
     }
 }
 
+/// Characters of a task name, at most (a longer one is a torn read).
+const MAX_NAME: usize = 4096;
+
 /// A task's name object: a `str`, or the counter (a small `int`) 3.14 keeps
 /// until the name is first asked for, shown as asyncio would (`Task-N`).
 fn object_name(t: &Target, obj: u64) -> Option<String> {
@@ -114,7 +117,7 @@ fn object_name(t: &Target, obj: u64) -> Option<String> {
         let (ndigits, sign) = (tag >> 3, tag & 3);
         return (ndigits <= 1 && sign != 2).then(|| format!("Task-{}", if ndigits == 0 { 0 } else { rd_u32(&b, 24) }));
     }
-    read_unicode(&t.mem, l, obj).ok()
+    Reader::new(t, 2).str(obj, MAX_NAME, Long::Refuse).ok()
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
 
-use crate::state::State;
-use crate::{Sampler, ThreadSample};
+use super::sampler::{Sampler, ThreadSample};
+use crate::sampling::thread_state::State;
 
 /// A stack and its labels.
 type Key = (Vec<Frame>, Vec<Label>);
@@ -24,7 +24,7 @@ type Key = (Vec<Frame>, Vec<Label>);
 /// CPU; the samples of threads without one share, in the same way,
 /// what the process CPU clock advanced beyond the exact threads. Every
 /// sample carries `thread id`, `thread name` (the Python name where known,
-/// else the OS name; see [`crate::thread_names`]), `state` and `process`
+/// else the OS name; see [`crate::sampling::thread_names`]), `state` and `process`
 /// labels, and an asyncio task's a `task` label.
 pub struct Aggregator {
     pid: i32,
@@ -112,7 +112,7 @@ impl Aggregator {
             }
             if let Some(why) = s.truncated {
                 self.truncated += 1;
-                self.cycles += (why == crate::stack::End::Cycle) as u64;
+                self.cycles += (why == crate::walk::End::Cycle) as u64;
             }
             let key = (s.frames.clone(), labels);
             let exact = s.thread_cpu.map(|clock| {

@@ -3,9 +3,7 @@
 //! minor version, x86-64 default (GIL) builds. 3.8–3.12: tables computed
 //! with `offsetof` against each version's headers (`tests/layout_and_errors.rs`
 //! recomputes them); 3.13+: the table, overridden by what `_Py_DebugOffsets`
-//! publishes ([`ObjectLayout::apply_debug_offsets`]).
-
-use crate::debug_offsets::DebugOffsets;
+//! publishes ([`super::debug_offsets::DebugOffsets::object_layout`]).
 
 /// How a dict's keys object (`PyDictKeysObject`) describes its table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,32 +119,6 @@ impl ObjectLayout {
             long_size: 16,
             long_digits: 24,
         }
-    }
-
-    /// Takes the offsets `d` publishes (3.13+) over the table's, each one
-    /// only if it lies inside the size its group declares.
-    pub fn apply_debug_offsets(&mut self, d: &DebugOffsets) {
-        let inside = |field: &str, width: u64| -> Option<u64> {
-            let group = field.split('.').next()?;
-            let size = d.get(&format!("{group}.size"))?;
-            let v = d.get(field)?;
-            (v + width <= size).then_some(v)
-        };
-        let set = |dst: &mut u64, field: &str, width: u64| {
-            if let Some(v) = inside(field, width) {
-                *dst = v;
-            }
-        };
-        set(&mut self.interp_modules, "interpreter_state.imports_modules", 8);
-        set(&mut self.interp_sysdict, "interpreter_state.sysdict", 8);
-        set(&mut self.dict_keys, "dict_object.ma_keys", 8);
-        set(&mut self.dict_values, "dict_object.ma_values", 8);
-        set(&mut self.type_flags, "type_object.tp_flags", 8);
-        set(&mut self.type_basicsize, "type_object.tp_basicsize", 8);
-        set(&mut self.type_dictoffset, "type_object.tp_dictoffset", 8);
-        set(&mut self.heap_type_cached_keys, "heap_type_object.ht_cached_keys", 8);
-        set(&mut self.long_size, "long_object.lv_tag", 8);
-        set(&mut self.long_digits, "long_object.ob_digit", 4);
     }
 }
 

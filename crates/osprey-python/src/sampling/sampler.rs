@@ -5,12 +5,14 @@ use std::time::{Duration, Instant};
 
 use osprey_pprof::Frame;
 
-use crate::cpuclock::TaskClock;
-use crate::stack::{read_stack, CodeCache, End};
-use crate::state::{classify, ProcFiles, State, Sys};
+use super::thread_state::{classify, State};
+use crate::error::Error;
+use crate::remote::kernel_thread::{ProcFiles, Sys};
+use crate::remote::process::{is_our_child, process_alive, uptime};
+use crate::remote::thread_cpu::TaskClock;
+use crate::target::thread_states::{Method, ThreadStateMap};
 use crate::target::Target;
-use crate::threads::Discovery;
-use crate::{Error, Method};
+use crate::walk::{read_stack, End, Walks};
 
 /// One thread's sample.
 #[derive(Clone, Debug)]
@@ -19,15 +21,10 @@ pub struct ThreadSample {
     /// The Python thread name where one is known, else the OS thread name.
     pub name: String,
     pub state: State,
-    /// CPU (ns) charged to this sample before [`crate::Aggregator`] scales
-    /// it: the wall time since the previous pass, times the part of the stack
-    /// read during which the thread was on a CPU (its exact clock's advance
-    /// over the read's wall time; 1 for a thread stopped for the read, which
-    /// was running, or runnable before and after it; 0 inside a sleeping
-    /// call). Without an exact clock: that wall time if the thread is
-    /// on CPU (or runnable), else 0. The aggregator scales a thread's charges
-    /// to what its exact clock advanced in the window, and the rest to what
-    /// the process CPU clock advanced beyond the exact threads.
+    /// CPU (ns) charged to this sample before the aggregator scales it to
+    /// the thread's (or the process's) CPU clock: the wall time since the
+    /// previous pass, times the part of the stack read the thread spent on a
+    /// CPU (see docs/design/python-walk.md, "CPU charges").
     pub cpu_ns: i64,
     /// Address of the thread's `PyThreadState` (shown by `Debug`).
     #[allow(dead_code)]
@@ -39,9 +36,9 @@ pub struct ThreadSample {
     /// from when the sampler first saw it, plus what a young thread used
     /// before that), read after the stack.
     pub thread_cpu: Option<u64>,
-    /// Nanoseconds of GIL wait this sample accounts for (see [`crate::gilwait`]).
+    /// Nanoseconds of GIL wait this sample accounts for (see [`crate::sampling::gilwait`]).
     pub gil_wait_ns: i64,
-    /// The asyncio task the thread runs (3.14+, see [`crate::asyncio`]).
+    /// The asyncio task the thread runs (3.14+, see [`crate::sampling::asyncio`]).
     pub task: Option<String>,
 }
 
@@ -59,8 +56,8 @@ pub struct Stats {
 
 pub struct Sampler {
     pub target: Target,
-    pub disc: Discovery,
-    pub codes: CodeCache,
+    pub disc: ThreadStateMap,
+    pub walks: Walks,
     procs: ProcFiles,
     pub method: Option<Method>,
     tids: Vec<i32>,
@@ -86,14 +83,14 @@ pub struct Sampler {
     pub cpu_clock: Option<i64>,
     /// Nominal sampling interval (set by the caller; default 10 ms).
     pub interval_ns: i64,
-    gil_waits: crate::gilwait::GilWaits,
-    tasks: crate::asyncio::Tasks,
+    gil_waits: crate::sampling::gilwait::GilWaits,
+    tasks: crate::sampling::asyncio::Tasks,
     /// Python thread names (`threading`), refreshed about once a second.
-    pub names: crate::thread_names::ThreadNames,
+    pub names: crate::sampling::thread_names::ThreadNames,
     /// Mixed native and Python stacks (`--native`), when enabled.
-    pub native: Option<crate::native::Native>,
+    pub native: Option<crate::sampling::native::Native>,
     /// Stop each running thread for the moment of its read (`--blocking`,
-    /// set with `native`; see [`crate::ptrace`]).
+    /// set with `native`; see [`crate::remote::ptrace`]).
     pub blocking: bool,
     /// Threads that could not be stopped, and the last reason.
     pub stop_failed: u64,
@@ -132,29 +129,8 @@ fn young_thread_cpu(pid: i32, tid: i32, since: Option<f64>) -> Option<u64> {
     sched.split_whitespace().next()?.parse().ok()
 }
 
-/// Seconds since boot (`/proc/uptime`, the clock of `/proc`'s start times).
-pub(crate) fn uptime() -> Option<f64> {
-    std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()
-}
-
 /// The process is gone (exited, or became a zombie).
 pub struct Gone;
-
-/// Also true of a thread id (its `/proc` entry is reachable though hidden).
-pub(crate) fn process_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !matches!(crate::state::parse_stat(&s).map(|k| k.state), Some('Z') | Some('X') | None),
-        Err(_) => false,
-    }
-}
-
-/// Is `pid` a child of this process?
-fn is_our_child(pid: i32) -> bool {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let Some(close) = s.rfind(')') else { return false };
-    let ppid: Option<i32> = s[close + 1..].split_ascii_whitespace().nth(1).and_then(|p| p.parse().ok());
-    ppid == Some(std::process::id() as i32)
-}
 
 impl Sampler {
     pub fn new(target: Target, method: Option<Method>) -> Result<Sampler, Error> {
@@ -176,7 +152,7 @@ impl Sampler {
                 )));
             }
         }
-        let mut disc = Discovery::default();
+        let mut disc = ThreadStateMap::default();
         if is_our_child(target.pid) {
             disc.child = Some(target.pid);
             disc.no_ptrace = method.is_none() && target.layout.tstate_native_thread_id.is_some();
@@ -184,7 +160,7 @@ impl Sampler {
         Ok(Sampler {
             target,
             disc,
-            codes: CodeCache::default(),
+            walks: Walks::default(),
             procs: ProcFiles::default(),
             method,
             tids: Vec::new(),
@@ -211,7 +187,7 @@ impl Sampler {
     pub fn wait_initialized(&self, timeout: Duration) -> bool {
         let start = Instant::now();
         loop {
-            if let Ok(list) = crate::threads::list_tstates(&self.target) {
+            if let Ok(list) = crate::target::thread_states::list_tstates(&self.target) {
                 if !list.is_empty() {
                     return true;
                 }
@@ -231,7 +207,7 @@ impl Sampler {
         if !process_alive(pid) {
             return Err(Gone);
         }
-        let tids = crate::process::list_tids(pid).map_err(|_| Gone)?;
+        let tids = crate::remote::process::list_tids(pid).map_err(|_| Gone)?;
         if tids.is_empty() {
             return Err(Gone);
         }
@@ -269,8 +245,8 @@ impl Sampler {
             .into_iter()
             .filter_map(|g| {
                 let b = t.mem.read_vec(g, (l.gil_locked.max(l.gil_last_holder) + 8) as usize).ok()?;
-                let locked = crate::process::rd_u32(&b, l.gil_locked as usize) as i32 > 0;
-                let holder = crate::process::rd_u64(&b, l.gil_last_holder as usize);
+                let locked = crate::remote::process::rd_u32(&b, l.gil_locked as usize) as i32 > 0;
+                let holder = crate::remote::process::rd_u64(&b, l.gil_last_holder as usize);
                 Some(((g, g + l.gil_size), locked, holder))
             })
             .collect()
@@ -279,7 +255,7 @@ impl Sampler {
     /// Samples every thread once. `Err(Gone)` when the process has exited.
     pub fn sample(&mut self) -> Result<Vec<ThreadSample>, Gone> {
         self.refresh_tids()?;
-        crate::ptrace::settle();
+        crate::remote::ptrace::settle();
         self.stats.passes += 1;
         let now = Instant::now();
         // The wall time each sample of this pass stands for (capped at twice
@@ -290,7 +266,7 @@ impl Sampler {
             .map_or(self.interval_ns, |p| (now.duration_since(p).as_nanos() as i64).min(2 * self.interval_ns));
         let cpu_now = process_cpu_ns(self.target.pid);
         let gils = self.gils();
-        let collecting = crate::gc::collecting(&self.target);
+        let collecting = crate::sampling::gc::collecting(&self.target);
         let ranges: Vec<(u64, u64)> = gils.iter().map(|g| g.0).collect();
         let pid = self.target.pid;
         self.names.update(&self.target, &self.tids);
@@ -331,7 +307,7 @@ impl Sampler {
                 if let Some(n) = &mut self.native {
                     n.prepare();
                 }
-                match crate::ptrace::Stopped::new(tid, self.disc.child == Some(tid)) {
+                match crate::remote::ptrace::Stopped::new(tid, self.disc.child == Some(tid)) {
                     Ok(s) => Some(s),
                     Err(e) => {
                         self.stop_failed += 1;
@@ -352,7 +328,7 @@ impl Sampler {
             // the innermost frames were read (first), or, if none ran then,
             // the one that started during the read.
             let task_before = self.tasks.running(&self.target, tstate);
-            let read = read_stack(&self.target, &mut self.codes, tstate, &mut self.stats.retries, was_stopped);
+            let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, was_stopped);
             let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
             drop(stopped);
             let t2 = Instant::now();
@@ -383,10 +359,14 @@ impl Sampler {
             // stack still; a read that tore means it ended meanwhile, so
             // that case is checked again rather than shown as `[gc]` over
             // frames it did not run under.
-            let in_gc =
-                |c: &Option<Vec<u64>>| c.as_ref().is_some_and(|c| crate::gc::in_collection(&self.target, tstate, c));
-            if holds && in_gc(&collecting) && (truncated.is_none() || in_gc(&crate::gc::collecting(&self.target))) {
-                frames.insert(0, Frame::Synthetic(crate::gc::GC_FRAME.into()));
+            let in_gc = |c: &Option<Vec<u64>>| {
+                c.as_ref().is_some_and(|c| crate::sampling::gc::in_collection(&self.target, tstate, c))
+            };
+            if holds
+                && in_gc(&collecting)
+                && (truncated.is_none() || in_gc(&crate::sampling::gc::collecting(&self.target)))
+            {
+                frames.insert(0, Frame::Synthetic(crate::sampling::gc::GC_FRAME.into()));
             }
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
             let state = classify(holds, k.state, sys, &ranges);
@@ -401,17 +381,10 @@ impl Sampler {
                 _ if holds => k.state == 'R',
                 _ => sys == Sys::Running || (sys == Sys::Unknown && k.state == 'R'),
             };
-            // With an exact clock (`after` read): the pass's wall time, times
-            // 1 for a thread runnable before and after its read (running,
-            // or preempted: on a busy machine often by the sampler itself,
-            // and a longer read is preempted more often); else times the
-            // part of the read it spent on a CPU (its clock's advance over
-            // the read's wall time), since a read overlaps a short burst of
-            // CPU between waits more often than an instant falls in it.
-            // None inside a sleeping call: what runs there is the call's
-            // entry and exit. Without one: the pass's wall time if on CPU,
-            // from the second pass on ([`crate::Aggregator`] rescales these
-            // charges per window to the process CPU clock).
+            // With an exact clock: the wall time times 1 if runnable before
+            // and after the read (preempted too), else the share of the read
+            // spent on a CPU; 0 in a sleeping call. Without one: the wall
+            // time if on a CPU, from the second pass on.
             let cpu_ns = if let Some(b) = after {
                 let share = match before {
                     _ if state == State::Sleeping => 0.0,

@@ -2,7 +2,7 @@
 //!
 //! * Files: the target's binary and libraries may exist only in its own
 //!   mount namespace or chroot; they are opened through `/proc/PID/root`
-//!   (see [`crate::process::target_path`]).
+//!   (see [`crate::remote::process::target_path`]).
 //! * Thread ids: a process in another PID namespace records its threads'
 //!   ids in that namespace (`native_thread_id` of a thread state), while
 //!   `/proc` here lists the host's ids. The `NSpid:` line of

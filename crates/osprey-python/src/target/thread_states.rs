@@ -18,10 +18,22 @@ use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant};
 
-use crate::decode::TlsAccess;
-use crate::namespace::TidMap;
+use crate::layout::decode::TlsAccess;
+use crate::remote::namespace::TidMap;
 use crate::target::Target;
-use crate::Method;
+
+/// Ways to find each OS thread's `PyThreadState`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// `_Py_tss_tstate` thread-local (3.12+); NULL for threads without the GIL.
+    Tls,
+    /// pthread thread-specific data under the gilstate `autoTSSkey`.
+    Tss,
+    /// Interpreter and thread lists from `_PyRuntime`.
+    Lists,
+    /// A thread -> tstate map refreshed from the lists.
+    Cache,
+}
 
 /// One thread state found in the interpreter lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,9 +49,9 @@ pub struct TstateInfo {
 }
 
 /// Gets a thread's fs base with a short ptrace interrupt (see
-/// [`crate::ptrace`]). The thread resumes immediately.
+/// [`crate::remote::ptrace`]). The thread resumes immediately.
 pub fn ptrace_fs_base(tid: i32, leave_exit: bool) -> io::Result<u64> {
-    Ok(crate::ptrace::Stopped::new(tid, leave_exit)?.regs()?.fs_base)
+    Ok(crate::remote::ptrace::Stopped::new(tid, leave_exit)?.regs()?.fs_base)
 }
 
 /// Walks `_PyRuntime` -> interpreters -> thread states.
@@ -57,12 +69,12 @@ pub fn list_tstates(t: &Target) -> io::Result<Vec<TstateInfo>> {
         while ts != 0 && nt < 10_000 {
             nt += 1;
             let b = t.mem.read_vec(ts, hdr as usize)?;
-            let rd = |o: u64| crate::process::rd_u64(&b, o as usize);
+            let rd = |o: u64| crate::remote::process::rd_u64(&b, o as usize);
             out.push(TstateInfo {
                 addr: ts,
                 interp,
                 thread_id: rd(l.tstate_thread_id),
-                native_tid: l.tstate_native_thread_id.map(|o| crate::process::rd_u32(&b, o as usize) as i32),
+                native_tid: l.tstate_native_thread_id.map(|o| crate::remote::process::rd_u32(&b, o as usize) as i32),
             });
             ts = rd(l.tstate_next);
         }
@@ -71,9 +83,10 @@ pub fn list_tstates(t: &Target) -> io::Result<Vec<TstateInfo>> {
     Ok(out)
 }
 
-/// Per-thread discovery state and the cache of method 4.
+/// Maps OS threads to their `PyThreadState` addresses: per-thread state of
+/// methods 1 and 2, and the map of method 4.
 #[derive(Default)]
-pub struct Discovery {
+pub struct ThreadStateMap {
     fs_base: HashMap<i32, Option<u64>>,
     /// Per thread: resolved address of `_Py_tss_tstate` (method 1).
     tls_addr: HashMap<i32, u64>,
@@ -90,13 +103,13 @@ pub struct Discovery {
     /// children, whose ptrace stops a concurrent waitpid() could consume.
     pub no_ptrace: bool,
     /// The target's pid when it is a child of this process (its exit is
-    /// left to the parent thread: see [`crate::ptrace`]).
+    /// left to the parent thread: see [`crate::remote::ptrace`]).
     pub child: Option<i32>,
     /// Host thread ids -> the target's PID namespace (None until first used).
     tids: Option<TidMap>,
 }
 
-impl Discovery {
+impl ThreadStateMap {
     pub(crate) fn forget_thread(&mut self, tid: i32) {
         self.fs_base.remove(&tid);
         self.tls_addr.remove(&tid);

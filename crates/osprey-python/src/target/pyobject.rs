@@ -5,19 +5,25 @@
 //!
 //! Invariants: the target runs while it is read, so nothing read is
 //! trusted. Every size is range-checked before it sizes a read; a [`Reader`]
-//! does at most its budget of reads, strings are cut at [`MAX_STR`]
-//! characters and tables at [`MAX_ENTRIES`] entries; a `str` or `dict`
+//! does at most its budget of reads, strings are cut or refused past the
+//! length asked ([`Long`]) and tables at [`MAX_ENTRIES`] entries; a `str` or `dict`
 //! whose type is not `str` or `dict` is an error, never a guess.
 
 use std::cell::Cell;
 use std::io;
 
-use crate::object_layout::{DictKeys, InstanceDict, LongHeader, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT};
-use crate::process::{rd_u32, rd_u64};
+use crate::layout::objects::{DictKeys, InstanceDict, LongHeader, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT};
+use crate::remote::process::{rd_u32, rd_u64};
 use crate::target::Target;
 
-/// Characters of a `str` read at most (longer ones are cut).
-pub const MAX_STR: usize = 256;
+/// What [`Reader::str`] does with a `str` longer than asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Long {
+    /// Keeps its first characters.
+    Cut,
+    /// Fails: no such string is expected there, so the read was torn.
+    Refuse,
+}
 /// Entries of a dict table read at most (a larger table is an error).
 pub const MAX_ENTRIES: u64 = 4096;
 
@@ -69,14 +75,20 @@ impl<'a> Reader<'a> {
         want.is_none_or(|w| rd_u64(hdr, self.t.layout.object_type as usize) == w)
     }
 
-    /// The `str` at `addr`, cut at [`MAX_STR`] characters.
-    pub fn str(&self, addr: u64) -> io::Result<String> {
+    /// The `str` at `addr`, of at most `max` characters: a longer one is cut
+    /// ([`Long::Cut`]) or an error ([`Long::Refuse`]). Code points that are
+    /// not characters (lone surrogates) read as `?`.
+    pub fn str(&self, addr: u64, max: usize, long: Long) -> io::Result<String> {
         let l = &self.t.layout;
         let hdr = self.read(addr, l.unicode_compact_size as usize)?;
         if !self.type_is(&hdr, self.t.unicode_type) {
             return Err(bad("not a str"));
         }
-        let len = (rd_u64(&hdr, l.unicode_length as usize) as usize).min(MAX_STR);
+        let len = rd_u64(&hdr, l.unicode_length as usize) as usize;
+        let len = match long {
+            Long::Refuse if len > max => return Err(bad("str too long")),
+            _ => len.min(max),
+        };
         let state = rd_u32(&hdr, l.unicode_state as usize);
         let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
         if !compact {
@@ -87,13 +99,13 @@ impl<'a> Reader<'a> {
             return if b.is_ascii() { Ok(String::from_utf8_lossy(&b).into_owned()) } else { Err(bad("not ASCII")) };
         }
         let b = self.read(addr + l.unicode_compact_size, len * kind as usize)?;
-        let chars: Option<String> = match kind {
-            1 => Some(b.iter().map(|&c| c as char).collect()),
-            2 => b.chunks_exact(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32)).collect(),
-            4 => b.chunks_exact(4).map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
-            _ => None,
-        };
-        chars.ok_or_else(|| bad("bad str"))
+        let char = |c: u32| char::from_u32(c).unwrap_or('?');
+        match kind {
+            1 => Ok(b.iter().map(|&c| c as char).collect()),
+            2 => Ok(b.chunks_exact(2).map(|c| char(u16::from_le_bytes([c[0], c[1]]) as u32)).collect()),
+            4 => Ok(b.chunks_exact(4).map(|c| char(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect()),
+            _ => Err(bad("bad str kind")),
+        }
     }
 
     /// Is the object at `addr` the ASCII `str` `name`? One read.

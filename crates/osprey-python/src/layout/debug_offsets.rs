@@ -12,7 +12,8 @@
 
 use std::fmt;
 
-use crate::layout::{InstrKind, Layout, LineTable};
+use super::objects::ObjectLayout;
+use super::{InstrKind, Layout, LineTable};
 
 /// The cookie at `_PyRuntime + 0`.
 pub const COOKIE: &[u8; 8] = b"xdebugpy";
@@ -547,9 +548,35 @@ impl DebugOffsets {
         l.unicode_length = g("unicode_object.length")?;
         l.interp_gc_collecting = Some(g("interpreter_state.gc")? + g("gc.collecting")?);
         l.tstate_holds_gil = self.get("thread_state.holds_gil");
-        l.objects.apply_debug_offsets(self);
+        self.object_layout(&mut l.objects);
         l.fix_sizes();
         Ok(l)
+    }
+
+    /// Takes the object offsets published (3.13+) over `o`'s, each one only
+    /// if it lies inside the size its group declares.
+    pub fn object_layout(&self, o: &mut ObjectLayout) {
+        let inside = |field: &str, width: u64| -> Option<u64> {
+            let group = field.split('.').next()?;
+            let size = self.get(&format!("{group}.size"))?;
+            let v = self.get(field)?;
+            (v + width <= size).then_some(v)
+        };
+        let set = |dst: &mut u64, field: &str, width: u64| {
+            if let Some(v) = inside(field, width) {
+                *dst = v;
+            }
+        };
+        set(&mut o.interp_modules, "interpreter_state.imports_modules", 8);
+        set(&mut o.interp_sysdict, "interpreter_state.sysdict", 8);
+        set(&mut o.dict_keys, "dict_object.ma_keys", 8);
+        set(&mut o.dict_values, "dict_object.ma_values", 8);
+        set(&mut o.type_flags, "type_object.tp_flags", 8);
+        set(&mut o.type_basicsize, "type_object.tp_basicsize", 8);
+        set(&mut o.type_dictoffset, "type_object.tp_dictoffset", 8);
+        set(&mut o.heap_type_cached_keys, "heap_type_object.ht_cached_keys", 8);
+        set(&mut o.long_size, "long_object.lv_tag", 8);
+        set(&mut o.long_digits, "long_object.ob_digit", 4);
     }
 }
 

@@ -3,7 +3,7 @@
 //! the places they ran.
 //!
 //! A thread that is running is stopped for the moment of the read (see
-//! [`crate::ptrace`]): its registers are read, its native stack unwound with
+//! [`crate::remote::ptrace`]): its registers are read, its native stack unwound with
 //! the CFI tables of `osprey-unwind` over stack memory copied a chunk at a
 //! time while it stands still, and its Python stack read, so the two describe the
 //! same instant. Then [`merge`] puts them together. Threads that wait are not
@@ -31,8 +31,8 @@ use osprey_unwind::scan::{file_of, loaded_from};
 use osprey_unwind::symbols::{module_offset_name, Symbols};
 use osprey_unwind::{unwind, Module, ModuleSet, Regs};
 
-use crate::ptrace::Stopped;
-use crate::stack::Stack;
+use crate::remote::ptrace::Stopped;
+use crate::walk::Stack;
 use merge::{Kind, Outcome};
 
 /// Native frames per stack, at most.
@@ -213,7 +213,7 @@ impl Native {
 
     fn read_image(&self, lo: u64, hi: u64) -> Option<Vec<u8>> {
         let len = usize::try_from(hi.checked_sub(lo)?).ok().filter(|&l| l <= 1 << 20)?;
-        crate::process::Mem::new(self.pid).read_vec(lo, len).ok()
+        crate::remote::process::Mem::new(self.pid).read_vec(lo, len).ok()
     }
 
     /// Re-reads the modules when due: called before a thread is stopped,

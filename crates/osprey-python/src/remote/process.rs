@@ -268,6 +268,28 @@ pub fn list_tids(pid: i32) -> io::Result<Vec<i32>> {
     Ok(v)
 }
 
+/// Seconds since boot (`/proc/uptime`, the clock of `/proc`'s start times).
+pub(crate) fn uptime() -> Option<f64> {
+    std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// Is process `pid` running (not exited, not a zombie)? Also true of a
+/// thread id (its `/proc` entry is reachable though hidden).
+pub(crate) fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !matches!(crate::remote::kernel_thread::parse_stat(&s).map(|k| k.state), Some('Z') | Some('X') | None),
+        Err(_) => false,
+    }
+}
+
+/// Is `pid` a child of this process?
+pub(crate) fn is_our_child(pid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some(close) = s.rfind(')') else { return false };
+    let ppid: Option<i32> = s[close + 1..].split_ascii_whitespace().nth(1).and_then(|p| p.parse().ok());
+    ppid == Some(std::process::id() as i32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -137,7 +137,7 @@ fn finish(tid: i32, sig: i32, leave_exit: bool) -> bool {
     match poll(tid, libc::WSTOPPED | exited) {
         // ECHILD: no longer traced by this thread (gone, or released).
         Err(_) => true,
-        Ok(None) => leave_exit && !crate::sampler::process_alive(tid),
+        Ok(None) => leave_exit && !super::process::process_alive(tid),
         Ok(Some(info)) => match info.si_code {
             libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED => true,
             _ => detach(),

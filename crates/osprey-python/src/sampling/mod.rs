@@ -1,0 +1,13 @@
+//! Sampling: the periodic pass over every thread of the target, what labels
+//! each sample (thread state, GIL waits, garbage collection, asyncio task,
+//! Python thread name, native frames), and the profiles they add up to.
+
+pub(crate) mod aggregate;
+pub(crate) mod asyncio;
+pub(crate) mod gc;
+pub(crate) mod gilwait;
+pub mod native;
+pub(crate) mod sampler;
+pub(crate) mod session;
+pub mod thread_names;
+pub(crate) mod thread_state;
