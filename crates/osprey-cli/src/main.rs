@@ -192,3 +192,9 @@ impl From<String> for Failure {
         Failure { message, code: 1 }
     }
 }
+
+impl From<report::ReportError> for Failure {
+    fn from(e: report::ReportError) -> Self {
+        Failure::from(e.to_string())
+    }
+}

@@ -7,9 +7,54 @@
 use osprey_pprof::pprof::Profile;
 use osprey_pprof::top::render_top;
 use osprey_pprof::{read_profile, summarize, Summary};
+use std::fmt;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
+
+/// Why `osprey report` failed; each message is one line.
+#[derive(Debug)]
+pub enum ReportError {
+    /// A directory of profiles cannot be listed.
+    ReadDir(PathBuf, std::io::Error),
+    /// A directory holds no profile file.
+    NoProfileFiles(PathBuf),
+    /// No file was named and `./profiles` has none (the reason).
+    NoneGiven(Box<ReportError>),
+    /// A profile cannot be read or the profiles cannot be summarized.
+    Profile(osprey_pprof::Error),
+    /// The `--pid`/`--process` filter kept no sample.
+    NoChosenSamples,
+    /// Every sample has a zero value: no flamegraph to draw.
+    NothingToDraw,
+    /// The flamegraph file cannot be created.
+    Create(PathBuf, std::io::Error),
+    /// Drawing the flamegraph failed.
+    Flamegraph(std::io::Error),
+}
+
+impl fmt::Display for ReportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReportError::ReadDir(dir, e) => write!(f, "{}: {e}", dir.display()),
+            ReportError::NoProfileFiles(dir) => write!(f, "no profile files in {}", dir.display()),
+            ReportError::NoneGiven(e) => write!(f, "no profile files given, and {e}"),
+            ReportError::Profile(e) => e.fmt(f),
+            ReportError::NoChosenSamples => f.write_str("no samples of the chosen --pid/--process in these profiles"),
+            ReportError::NothingToDraw => f.write_str("no samples with a nonzero value: nothing to draw"),
+            ReportError::Create(path, e) => write!(f, "{}: {e}", path.display()),
+            ReportError::Flamegraph(e) => write!(f, "flamegraph: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReportError {}
+
+impl From<osprey_pprof::Error> for ReportError {
+    fn from(e: osprey_pprof::Error) -> Self {
+        ReportError::Profile(e)
+    }
+}
 
 /// Which samples to keep: those whose `pid` label is one of `pids` and whose
 /// `process` label is one of `processes` (an empty list keeps all).
@@ -40,7 +85,7 @@ pub fn run(
     flamegraph: Option<&Path>,
     sample_index: Option<&str>,
     filter: &Filter,
-) -> Result<(), String> {
+) -> Result<(), ReportError> {
     let mut expanded = Vec::new();
     for f in files {
         if f.is_dir() {
@@ -50,19 +95,18 @@ pub fn run(
         }
     }
     if files.is_empty() {
-        expanded = profiles_in(Path::new("profiles")).map_err(|e| format!("no profile files given, and {e}"))?;
+        expanded = profiles_in(Path::new("profiles")).map_err(|e| ReportError::NoneGiven(Box::new(e)))?;
     }
     let files = &expanded[..];
-    let mut profiles: Vec<Profile> =
-        files.iter().map(|f| read_profile(f).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let mut profiles: Vec<Profile> = files.iter().map(|f| read_profile(f)).collect::<Result<_, _>>()?;
     for p in &mut profiles {
         let kept: Vec<_> = p.sample.iter().filter(|s| filter.keep(p, s)).cloned().collect();
         p.sample = kept;
     }
     if profiles.iter().all(|p| p.sample.is_empty()) && !(filter.pids.is_empty() && filter.processes.is_empty()) {
-        return Err("no samples of the chosen --pid/--process in these profiles".into());
+        return Err(ReportError::NoChosenSamples);
     }
-    let summary = summarize(&profiles, sample_index).map_err(|e| e.to_string())?;
+    let summary = summarize(&profiles, sample_index)?;
     print!("{}", render_top(&summary, top, files.len()));
     if let Some(out) = flamegraph {
         write_flamegraph(&summary, out)?;
@@ -72,8 +116,8 @@ pub fn run(
 }
 
 /// The profile files in `dir`, sorted.
-fn profiles_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn profiles_in(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
+    let rd = std::fs::read_dir(dir).map_err(|e| ReportError::ReadDir(dir.to_path_buf(), e))?;
     let mut v: Vec<PathBuf> = rd
         .flatten()
         .map(|e| e.path())
@@ -83,21 +127,21 @@ fn profiles_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
         .collect();
     v.sort();
     if v.is_empty() {
-        return Err(format!("no profile files in {}", dir.display()));
+        return Err(ReportError::NoProfileFiles(dir.to_path_buf()));
     }
     Ok(v)
 }
 
 /// Writes an SVG flamegraph of `s.folded` to `out` (title "osprey", counts in `s`'s unit).
-pub fn write_flamegraph(s: &Summary, out: &Path) -> Result<(), String> {
+pub fn write_flamegraph(s: &Summary, out: &Path) -> Result<(), ReportError> {
     if s.folded.is_empty() {
-        return Err("no samples with a nonzero value: nothing to draw".into());
+        return Err(ReportError::NothingToDraw);
     }
     let lines: Vec<String> = s.folded.iter().map(|(stack, v)| format!("{stack} {v}")).collect();
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = "osprey".to_string();
     opts.count_name = s.sample_type.1.clone();
-    let file = File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let file = File::create(out).map_err(|e| ReportError::Create(out.to_path_buf(), e))?;
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), BufWriter::new(file))
-        .map_err(|e| format!("flamegraph: {e}"))
+        .map_err(ReportError::Flamegraph)
 }

@@ -119,17 +119,15 @@ pub fn has_exited(pid: i32) -> bool {
 /// CPU times of the zombie `pid`, from `/proc/<pid>/stat` (utime, stime,
 /// cutime, cstime).
 pub fn tree_cpu(pid: i32) -> TreeCpu {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return TreeCpu::default() };
-    let Some(close) = s.rfind(')') else { return TreeCpu::default() };
-    // Fields after the name start at field 3; utime is field 14.
-    let f: Vec<u64> = s[close + 2..].split_ascii_whitespace().skip(11).take(4).filter_map(|v| v.parse().ok()).collect();
-    if f.len() < 4 {
+    let Ok(text) = osprey_procfs::stat::read(pid) else { return TreeCpu::default() };
+    let Some(s) = osprey_procfs::stat::Stat::parse(&text) else { return TreeCpu::default() };
+    let (Some(utime), Some(stime), Some(cutime), Some(cstime)) = (s.utime(), s.stime(), s.cutime(), s.cstime()) else {
         return TreeCpu::default();
-    }
+    };
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     let ticks = |t: u64| Duration::from_nanos(t * 1_000_000_000 / hz);
-    TreeCpu { own: ticks(f[0] + f[1]), tree: ticks(f[0] + f[1] + f[2] + f[3]) }
+    TreeCpu { own: ticks(utime + stime), tree: ticks(utime + stime + cutime + cstime) }
 }
 
 /// Reaps `pid` (already exited).

@@ -10,7 +10,7 @@
 //!   previous one is stopped;
 //! - each CPython image gets one sampler thread, attached once.
 
-use osprey::internals::threads::stat_field;
+use osprey_procfs::stat::{self, Stat};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -29,19 +29,19 @@ struct Image {
 /// CPU times over all its threads (0.2 ms at 1000 threads, every scan); the
 /// fields read here are the process's either way (an exec runs on as the
 /// thread whose tid is the pid).
-fn main_thread_stat(pid: i32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()
+fn main_thread_stat(pid: i32) -> Option<Vec<u8>> {
+    stat::read_task(pid, pid).ok()
 }
 
 fn image(pid: i32) -> Option<Image> {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?.to_string_lossy().into_owned();
-    let stat = main_thread_stat(pid)?;
-    let num = |n: usize| stat_field(&stat, n)?.parse().ok();
-    Some(Image { exe, startcode: num(26)?, startstack: num(28)? })
+    let text = main_thread_stat(pid)?;
+    let stat = Stat::parse(&text)?;
+    Some(Image { exe, startcode: stat.startcode()?, startstack: stat.startstack()? })
 }
 
 fn ppid(pid: i32) -> Option<i32> {
-    stat_field(&main_thread_stat(pid)?, 4)?.parse().ok()
+    Stat::parse(&main_thread_stat(pid)?)?.ppid()
 }
 
 /// One Python sampler thread.

@@ -3,6 +3,8 @@
 //! Invariants: [`ProcMaps::regions`] is sorted by `start` and regions do not
 //! overlap (the kernel's order); `end` is exclusive.
 
+use osprey_procfs::maps::Entry;
+pub use osprey_procfs::proc_dir;
 use std::fs;
 use std::io;
 use std::path::PathBuf;
@@ -33,12 +35,15 @@ pub struct ProcMaps {
     pub exe: Option<PathBuf>,
 }
 
-/// `/proc/<pid>` for `pid > 0`, `/proc/self` otherwise.
-pub fn proc_dir(pid: i32) -> PathBuf {
-    if pid > 0 {
-        PathBuf::from(format!("/proc/{pid}"))
-    } else {
-        PathBuf::from("/proc/self")
+impl From<Entry<'_>> for Region {
+    fn from(e: Entry<'_>) -> Region {
+        Region {
+            start: e.start,
+            end: e.end,
+            offset: e.offset,
+            executable: e.perms.exec,
+            path: String::from_utf8_lossy(e.path).into_owned(),
+        }
     }
 }
 
@@ -48,12 +53,12 @@ impl ProcMaps {
     /// not parse are skipped; `exe` is `None` if `/proc/<pid>/exe` is unreadable.
     pub fn read(pid: i32) -> io::Result<ProcMaps> {
         let dir = proc_dir(pid);
-        let text = fs::read_to_string(dir.join("maps"))?;
+        let text = osprey_procfs::maps::read(pid)?;
         let exe = fs::read_link(dir.join("exe")).ok().map(|p| {
             let s = p.to_string_lossy();
             PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s))
         });
-        Ok(ProcMaps { regions: text.lines().filter_map(parse_line).collect(), exe })
+        Ok(ProcMaps { regions: osprey_procfs::maps::entries(&text).map(Region::from).collect(), exe })
     }
 
     /// Index of the region containing `addr`.
@@ -74,39 +79,27 @@ impl ProcMaps {
     }
 }
 
-/// Parses `start-end perms offset dev inode [path]`.
-pub fn parse_line(line: &str) -> Option<Region> {
-    let mut it = line.splitn(6, ' ');
-    let (range, perms, offset) = (it.next()?, it.next()?, it.next()?);
-    let (_dev, _inode) = (it.next()?, it.next()?);
-    let path = it.next().unwrap_or("").trim_start();
-    let (start, end) = range.split_once('-')?;
-    Some(Region {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        executable: perms.as_bytes().get(2) == Some(&b'x'),
-        path: path.strip_suffix(" (deleted)").unwrap_or(path).to_string(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn region(line: &str) -> Region {
+        Region::from(Entry::parse_str(line).unwrap())
+    }
+
     #[test]
-    fn parses_lines() {
-        let r = parse_line("55d0a0000000-55d0a0021000 r-xp 00002000 fd:01 1234    /usr/bin/x (deleted)").unwrap();
+    fn regions_from_lines() {
+        let r = region("55d0a0000000-55d0a0021000 r-xp 00002000 fd:01 1234    /usr/bin/my x (deleted)");
         assert_eq!((r.start, r.end, r.offset, r.executable), (0x55d0a0000000, 0x55d0a0021000, 0x2000, true));
-        assert_eq!(r.path, "/usr/bin/x");
-        let anon = parse_line("7f0000000000-7f0000001000 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!(r.path, "/usr/bin/my x");
+        let anon = region("7f0000000000-7f0000001000 rw-p 00000000 00:00 0 ");
         assert_eq!((anon.path.as_str(), anon.executable), ("", false));
     }
 
     #[test]
     fn finds_own_text() {
         let maps = ProcMaps::read(0).unwrap();
-        let f = parses_lines as fn() as usize as u64;
+        let f = regions_from_lines as fn() as usize as u64;
         let i = maps.find(f).unwrap();
         assert!(maps.regions[i].executable && maps.is_main(i));
         assert_eq!(maps.main_text(), Some(i));

@@ -4,7 +4,7 @@
  * fails, gives the thread its CPU clock back with errno intact.
  *
  * In C because execl, execlp and execle are variadic. The agent side is
- * osprey_exec_prepare / osprey_exec_failed in exec.rs. These symbols are
+ * osprey_exec_prepare / osprey_exec_failed in exec_shim.rs. These symbols are
  * exported by exec_shim.map (rustc's version script exports Rust items only). */
 #define _GNU_SOURCE
 #include <dlfcn.h>

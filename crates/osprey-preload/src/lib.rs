@@ -7,7 +7,7 @@
 //! before its start routine runs. Threads created any other way are found by
 //! the agent's discovery scan. Which processes profile, and which pass the
 //! agent on to the programs they exec, is decided in [`launch`]. The exec
-//! family is interposed (`exec_shim.c`, `exec.rs`) so that no osprey signal
+//! family is interposed (`exec_shim.c`, `exec_shim.rs`) so that no osprey signal
 //! reaches an exec'd program; `abort` and `_exit` write the profile so far
 //! first (`shutdown.rs`); a program that installs a handler for one of
 //! osprey's signals gets it, osprey steps aside (`sigaction.rs`). The
@@ -15,7 +15,7 @@
 //! allocation profiles (`osprey-alloc`), which the agent attaches to.
 
 mod context_ffi;
-mod exec;
+mod exec_shim;
 mod launch;
 mod shutdown;
 mod sigaction;

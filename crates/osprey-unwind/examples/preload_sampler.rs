@@ -63,16 +63,13 @@ extern "C" fn report() {
 extern "C" fn init() {
     // SAFETY: duplicating stderr for the report.
     REPORT_FD.store(unsafe { libc::dup(2) }.max(0) as u64, Relaxed);
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let Some(line) = maps.lines().find(|l| l.ends_with("[stack]")) else {
+    let maps = osprey_procfs::maps::read(0).unwrap_or_default();
+    let Some(stack) = osprey_procfs::maps::entries(&maps).find(|e| e.path == b"[stack]") else {
         return;
     };
-    let range = line.split_whitespace().next().unwrap_or_default();
-    let (lo, hi) = range.split_once('-').unwrap_or_default();
-    let parse = |s: &str| u64::from_str_radix(s, 16).unwrap_or(0);
     // The stack grows down past the mapping's current start: allow 8 MiB.
-    STACK[0].store(parse(hi).saturating_sub(8 << 20).max(parse(lo).min(parse(hi))), Relaxed);
-    STACK[1].store(parse(hi), Relaxed);
+    STACK[0].store(stack.end.saturating_sub(8 << 20).max(stack.start), Relaxed);
+    STACK[1].store(stack.end, Relaxed);
     let tracker = Box::leak(Box::new(Tracker::new(Some(osprey_unwind::compile::DEBUG_ROOT.into()))));
     tracker.refresh();
     let _ = SHARED.set(&**Box::leak(Box::new(tracker.shared().clone())));

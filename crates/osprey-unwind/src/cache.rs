@@ -162,7 +162,8 @@ mod tests {
     /// the same the second time; a damaged file is compiled again.
     #[test]
     fn round_trip_and_damage() {
-        let libc = crate::scan::loaded().1.into_iter().find(|l| l.path.to_string_lossy().contains("libc.so")).unwrap();
+        let libc =
+            crate::loaded::loaded().1.into_iter().find(|l| l.path.to_string_lossy().contains("libc.so")).unwrap();
         let d = dir("rt");
         let cache = Cache::open(&d).expect("cache dir");
         let first = cache.compile_file(&libc.path, None).unwrap();
@@ -190,7 +191,8 @@ mod tests {
     /// table, and the file left is whole (each writes its own temporary).
     #[test]
     fn concurrent_writers() {
-        let libc = crate::scan::loaded().1.into_iter().find(|l| l.path.to_string_lossy().contains("libc.so")).unwrap();
+        let libc =
+            crate::loaded::loaded().1.into_iter().find(|l| l.path.to_string_lossy().contains("libc.so")).unwrap();
         let d = dir("conc");
         let cache = Cache::open(&d).unwrap();
         let tables: Vec<Vec<(u64, crate::Rule)>> = std::thread::scope(|s| {

@@ -33,13 +33,17 @@ pub const DEBUG_ROOT: &str = "/usr/lib/debug/.build-id";
 /// A compiled module table and what it was built from.
 #[derive(Debug, Default)]
 pub struct Compiled {
+    /// The compiled rules.
     pub table: Table,
+    /// The module's GNU build id, if it has one.
     pub build_id: Option<Vec<u8>>,
     /// Size of `.eh_frame` in the file (for the memory-per-MiB figure).
     pub eh_frame_bytes: usize,
+    /// Size of the `.debug_frame` sections read (the module's and its debug file's).
     pub debug_frame_bytes: usize,
-    /// FDEs read from each source.
+    /// FDEs read from `.eh_frame`.
     pub eh_fdes: usize,
+    /// FDEs read from `.debug_frame`.
     pub debug_fdes: usize,
     /// The separate debug file used, if any.
     pub debug_file: Option<PathBuf>,

@@ -8,13 +8,31 @@ use std::path::PathBuf;
 #[derive(Debug)]
 pub enum Error {
     /// Reading the ELF file failed.
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
     /// The ELF file could not be parsed.
-    Elf { path: PathBuf, source: object::read::Error },
+    Elf {
+        /// The file.
+        path: PathBuf,
+        /// The parser's error.
+        source: object::read::Error,
+    },
     /// The call frame information could not be parsed.
-    Cfi { path: PathBuf, source: gimli::Error },
+    Cfi {
+        /// The file.
+        path: PathBuf,
+        /// The CFI parser's error.
+        source: gimli::Error,
+    },
     /// The module spans more than 4 GiB of addresses (table offsets are 32-bit).
-    TooLarge { path: PathBuf },
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
 impl fmt::Display for Error {
@@ -39,4 +57,5 @@ impl std::error::Error for Error {
     }
 }
 
+/// A result with the crate's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;

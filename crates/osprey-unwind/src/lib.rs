@@ -5,8 +5,10 @@
 //! - [`compile`]: off the signal path, turns a module's `.eh_frame`
 //!   (through `.eh_frame_hdr`) and `.debug_frame` (also from its separate
 //!   debug file, by build id) into a compact [`Table`].
+//! - [`loaded`]: this process's objects (`dl_iterate_phdr`) and another
+//!   process's executable mappings (`/proc/<pid>/maps`).
 //! - [`scan::Tracker`]: on the agent thread, finds loaded modules with
-//!   `dl_iterate_phdr`, notices `dlopen`/`dlclose` by the loader's
+//!   [`loaded`], notices `dlopen`/`dlclose` by the loader's
 //!   generation counters, and publishes an immutable [`ModuleSet`] through
 //!   [`Shared`], which handlers read lock-free.
 //! - [`unwind()`]: in the handler, walks the stack from [`Regs`] with the
@@ -26,7 +28,7 @@
 //! ```
 //!
 //! Out of process (Python's `--native` mode): build the set from
-//! [`scan::loaded_in`]`(pid)` + [`compile::compile_file`] +
+//! [`loaded::loaded_in`]`(pid)` + [`compile::compile_file`] +
 //! [`ModuleSet::new`], and unwind a copied stack with [`CopiedStack::read`].
 //!
 //! Naming (exporter, off the signal path): [`symbols::Symbols::load_with_debug`]
@@ -126,6 +128,7 @@
 pub mod cache;
 pub mod compile;
 pub mod error;
+pub mod loaded;
 mod mapped;
 pub mod modules;
 pub mod publish;

@@ -13,12 +13,17 @@ use std::sync::Arc;
 /// the load bias (AVMA - ELF virtual address) and its compiled table.
 #[derive(Debug, Clone)]
 pub struct Module {
+    /// File name as loaded.
     pub path: PathBuf,
-    /// Lowest and one-past-highest address of its executable segments.
+    /// Lowest address of its executable segments.
     pub start: u64,
+    /// One past the highest address of its executable segments.
     pub end: u64,
+    /// Load bias: address in memory minus ELF virtual address.
     pub bias: u64,
+    /// The file's GNU build id, if it has one.
     pub build_id: Option<Arc<[u8]>>,
+    /// Its compiled unwind rules (empty if compiling failed).
     pub table: Table,
 }
 
@@ -44,6 +49,7 @@ impl ModuleSet {
         ModuleSet { modules: modules.into() }
     }
 
+    /// The modules, sorted by `start`, not overlapping.
     pub fn modules(&self) -> &[Module] {
         &self.modules
     }

@@ -49,6 +49,7 @@ unsafe impl<T: Send + Sync> Sync for Shared<T> {}
 unsafe impl<T: Send + Sync> Send for Shared<T> {}
 
 impl<T> Shared<T> {
+    /// Publishes `value` as the first current value.
     pub fn new(value: T) -> Shared<T> {
         Shared {
             current: AtomicPtr::new(Box::into_raw(Box::new(value))),

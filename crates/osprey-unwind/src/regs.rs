@@ -23,7 +23,9 @@ impl Regs {
 /// walking the live stack of the interrupted thread.
 #[derive(Clone, Copy, Debug)]
 pub struct StackReader {
+    /// Lowest readable address.
     pub lo: u64,
+    /// One past the highest readable address.
     pub hi: u64,
 }
 
@@ -52,11 +54,14 @@ impl StackReader {
 /// at `[base, base + bytes.len())`.
 #[derive(Clone, Copy, Debug)]
 pub struct CopiedStack<'a> {
+    /// The address `bytes[0]` was copied from.
     pub base: u64,
+    /// The copy.
     pub bytes: &'a [u8],
 }
 
 impl CopiedStack<'_> {
+    /// The little-endian word copied from `addr`, if all 8 bytes of it were.
     #[inline]
     pub fn read(&self, addr: u64) -> Option<u64> {
         let off = usize::try_from(addr.checked_sub(self.base)?).ok()?;

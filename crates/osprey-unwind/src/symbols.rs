@@ -65,10 +65,12 @@ impl Symbols {
         self.syms.iter().find(|s| s.2 == name).map(|s| (s.0, s.1))
     }
 
+    /// Number of symbols.
     pub fn len(&self) -> usize {
         self.syms.len()
     }
 
+    /// Whether there is no symbol.
     pub fn is_empty(&self) -> bool {
         self.syms.is_empty()
     }

@@ -41,7 +41,9 @@ const CFA_SHIFT: u32 = 11;
 pub const MAX_CFA_OFFSET: u64 = (1 << (32 - CFA_SHIFT)) - 1;
 
 impl Rule {
+    /// The walk stops here, truncated ([`Kind::Stop`]).
     pub const STOP: Rule = Rule(2);
+    /// The outermost frame ([`Kind::End`]).
     pub const END: Rule = Rule(3);
 
     /// A CFA rule; `rbp_slot` is `Some(n)` when RBP is saved at CFA - 8n.
@@ -64,6 +66,7 @@ impl Rule {
         Some(Rule(k | rbp | ((cfa_offset as u32) << CFA_SHIFT)))
     }
 
+    /// How the CFA is found.
     #[inline]
     pub fn kind(self) -> Kind {
         match self.0 & KIND_MASK {
@@ -74,6 +77,7 @@ impl Rule {
         }
     }
 
+    /// Offset added to RSP or RBP to get the CFA.
     #[inline]
     pub fn cfa_offset(self) -> u64 {
         u64::from(self.0 >> CFA_SHIFT)
@@ -168,6 +172,7 @@ impl Table {
         self.entries.len()
     }
 
+    /// Whether the table has no entry.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

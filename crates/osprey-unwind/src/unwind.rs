@@ -26,14 +26,18 @@ use crate::table::Kind;
 /// Registers of the interrupted context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Regs {
+    /// Program counter (RIP).
     pub pc: u64,
+    /// Stack pointer (RSP).
     pub sp: u64,
+    /// Frame pointer (RBP).
     pub fp: u64,
 }
 
 /// Result of a walk: `frames[..len]` hold leaf-first addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Walk {
+    /// Number of frames written.
     pub len: usize,
     /// The walk did not reach an outermost frame.
     pub truncated: bool,

@@ -23,21 +23,10 @@
 //! is the backend's base and gets `/profiling/v1/input`, `/ingest` or
 //! `/v1development/profiles`; a URL with a path is used as given.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// A configuration error: one line naming the flag or variable at fault.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
+pub use crate::error::ConfigError;
 
 fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError(msg.into()))

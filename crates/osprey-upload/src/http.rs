@@ -4,6 +4,7 @@
 //! checked against `SSL_CERT_FILE` when set, else the system's CA bundle,
 //! else Mozilla's roots compiled in ([`roots`]).
 
+use crate::Error;
 use std::path::Path;
 use std::time::Duration;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
@@ -12,8 +13,8 @@ use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 const SYSTEM_BUNDLES: [&str; 2] = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"];
 
 /// The certificates of a PEM file; an error names what is wrong with it.
-pub fn certificates(path: &Path) -> Result<Vec<Certificate<'static>>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub fn certificates(path: &Path) -> Result<Vec<Certificate<'static>>, Error> {
+    let pem = std::fs::read(path).map_err(|e| Error::ReadPem(path.to_path_buf(), e))?;
     let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
         .filter_map(|item| match item {
             Ok(PemItem::Certificate(c)) => Some(c),
@@ -21,7 +22,7 @@ pub fn certificates(path: &Path) -> Result<Vec<Certificate<'static>>, String> {
         })
         .collect();
     if certs.is_empty() {
-        return Err(format!("no PEM certificate in {}", path.display()));
+        return Err(Error::NoCertificate(path.to_path_buf()));
     }
     Ok(certs)
 }

@@ -22,6 +22,7 @@
 pub mod config;
 pub mod datadog;
 pub mod delivery;
+mod error;
 pub mod http;
 pub mod otlp;
 pub mod provenance;
@@ -31,6 +32,7 @@ pub mod worker;
 
 pub use config::{Backend, ConfigError, Endpoint, Flags, UploadConfig};
 pub use delivery::Delivery;
+pub use error::Error;
 pub use worker::{BackendStats, Uploader};
 
 /// The pprof label with a sample's wall-clock time (ns since the Unix
@@ -166,7 +168,7 @@ pub(crate) fn encode_for(
     endpoint: &Endpoint,
     item: &Item,
     s: &worker::Shared,
-) -> Result<http::Request, String> {
+) -> Result<http::Request, Error> {
     match backend {
         Backend::Datadog => {
             let prov = s.provenance.get_or_init(|| provenance::code_provenance(s.meta.pid, s.meta.language));

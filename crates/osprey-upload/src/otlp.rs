@@ -21,7 +21,7 @@
 
 use crate::config::{Endpoint, UploadConfig};
 use crate::http::Request;
-use crate::{Item, Meta};
+use crate::{Error, Item, Meta};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::profiles::v1development as otel;
@@ -237,8 +237,8 @@ pub fn convert(
 }
 
 /// The OTLP request for `item`.
-pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig, meta: &Meta) -> Result<Request, String> {
-    let p = Profile::decode(&item.pprof[..]).map_err(|e| format!("decoding the pprof: {e}"))?;
+pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig, meta: &Meta) -> Result<Request, Error> {
+    let p = Profile::decode(&item.pprof[..])?;
     let req = convert(&p, cfg, meta, item.start_ns, item.end_ns);
     let mut headers = endpoint.headers.clone();
     headers.push(("Content-Encoding".into(), "gzip".into()));

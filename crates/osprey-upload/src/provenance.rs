@@ -32,13 +32,10 @@ fn entry(kind: &str, name: &str, version: &str, paths: Vec<String>) -> Value {
 
 /// (path, executable) of the file-backed mappings of `pid`, in address order.
 fn mapped_files(pid: i32) -> Vec<(String, bool)> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    maps.lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.splitn(6, char::is_whitespace).collect();
-            let path = f.get(5)?.trim();
-            path.starts_with('/').then(|| (path.trim_end_matches(" (deleted)").to_string(), f[1].contains('x')))
-        })
+    let maps = osprey_procfs::maps::read(pid).unwrap_or_default();
+    osprey_procfs::maps::entries(&maps)
+        .filter(|e| e.is_file())
+        .map(|e| (String::from_utf8_lossy(e.path).into_owned(), e.perms.exec))
         .collect()
 }
 

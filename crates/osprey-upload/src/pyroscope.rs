@@ -16,7 +16,7 @@
 
 use crate::config::{Endpoint, UploadConfig};
 use crate::http::Request;
-use crate::Item;
+use crate::{Error, Item};
 use osprey_pprof::pprof::Profile;
 use prost::Message;
 
@@ -95,8 +95,8 @@ pub fn strip_labels(p: &mut Profile) {
 }
 
 /// The `/ingest` request for `item`.
-pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig) -> Result<Request, String> {
-    let mut p = Profile::decode(&item.pprof[..]).map_err(|e| format!("decoding the pprof: {e}"))?;
+pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig) -> Result<Request, Error> {
+    let mut p = Profile::decode(&item.pprof[..])?;
     strip_labels(&mut p);
     let rate = if p.period > 0 && p.period_type.as_ref().is_some_and(|t| p.string(t.unit).contains("nanoseconds")) {
         (1_000_000_000 / p.period).max(1)

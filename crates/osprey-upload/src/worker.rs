@@ -303,7 +303,7 @@ fn run(s: &Shared, i: usize) {
                     let l = &mut st.lanes[i];
                     l.queue.remove_front(&item);
                     l.stats.rejected += 1;
-                    l.stats.last_error = Some(e);
+                    l.stats.last_error = Some(e.to_string());
                     continue;
                 }
             };

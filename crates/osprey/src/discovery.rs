@@ -151,7 +151,7 @@ impl Discovery {
         let gone = self.listed.iter().any(|t| tids.binary_search(t).is_err());
         let pid = sys::getpid();
         let prime = STATE.prime_signal.load(Relaxed);
-        let mut maps: Option<String> = None;
+        let mut maps: Option<Vec<u8>> = None;
         let mut waiting = false;
         self.unregistered_listed = false;
         for &tid in &tids {
@@ -339,11 +339,11 @@ fn uncharged_ns() -> Option<i64> {
 
 /// Stack bounds and CPU clock for a record claimed by the priming handler
 /// (or found without bounds). Returns whether the setup is still incomplete.
-fn complete_setup(rec: &Record, maps: &mut Option<String>) -> bool {
+fn complete_setup(rec: &Record, maps: &mut Option<Vec<u8>>) -> bool {
     if rec.stack_hi.load(Acquire) == 0 {
         let sp = rec.primed_sp.load(Relaxed);
         if sp != 0 {
-            let text = maps.get_or_insert_with(|| std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+            let text = maps.get_or_insert_with(|| osprey_procfs::maps::read(0).unwrap_or_default());
             if let Some((lo, hi)) = stack_bounds_of(sp, text) {
                 rec.stack_lo.store(lo, Relaxed);
                 rec.stack_hi.store(hi, Release);

@@ -29,10 +29,11 @@
 //! | `discovery` | finding and priming threads nobody announced | no |
 //! | `collector/` | the background thread: drain, aggregate, write | no |
 //! | `wall/` | wall-time sampling of running and blocked threads, thread states | no |
-//! | `profiler` | start, stop, fork; which process the agent belongs to | no |
+//! | `profiler` | start, stop, fork | no |
+//! | `ownership` | which process the agent belongs to | no |
 //! | `shutdown` | last profile on SIGINT/SIGTERM/SIGHUP, `abort`, `_exit` | no (its handler is in `signal/`) |
 //! | `takeover` | stepping aside when the program takes one of osprey's signals | no |
-//! | `exec` | no osprey signal survives into an exec'd program | no |
+//! | `exec_guard` | no osprey signal survives into an exec'd program | no |
 //! | `context` | the trace-context API for applications | no (writes the record) |
 //! | `alloc` | `Sampling`, the sampling `GlobalAlloc` wrapper for Rust programs | its hooks are `signal/alloc.rs` |
 //! | `stderr` | osprey's lines, on the file stderr named at start (`say!`) | no |
@@ -46,8 +47,9 @@ mod cpu_clock;
 mod discovery;
 mod dispositions;
 mod error;
-mod exec;
+mod exec_guard;
 mod mmap;
+mod ownership;
 mod profiler;
 mod record;
 mod registry;
@@ -70,15 +72,16 @@ pub use profiler::{register_current_thread, Builder, Profiler, ThreadRegistratio
 pub mod internals {
     /// Counters, `is_running`, `owns_process`, `runtime_id`, `check_writable`.
     pub mod agent {
-        pub use crate::profiler::{check_writable, is_running, owns_process, runtime_id, stats, Stats};
+        pub use crate::ownership::owns_process;
+        pub use crate::profiler::{check_writable, is_running, runtime_id, stats, Stats};
     }
     /// Per-thread CPU clocks.
     pub mod cpu_clock {
         pub use crate::cpu_clock::*;
     }
     /// Making exec calls safe while sampling.
-    pub mod exec {
-        pub use crate::exec::*;
+    pub mod exec_guard {
+        pub use crate::exec_guard::*;
     }
     /// The last profile on termination signals, `abort`, `_exit`.
     pub mod shutdown {

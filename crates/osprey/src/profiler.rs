@@ -9,6 +9,7 @@ use crate::collector::{self, Agent, Control};
 use crate::config::Config;
 use crate::dispositions::{self, Installed};
 use crate::error::Error;
+use crate::ownership::{self, owns_process};
 use crate::registry::{Registry, RegistryConfig};
 use crate::signal::{self, sys, MAX_FRAMES, STATE};
 use crate::storage::{CallTraceStorage, StorageConfig};
@@ -245,17 +246,6 @@ static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
 static STORAGE: AtomicPtr<CallTraceStorage> = AtomicPtr::new(core::ptr::null_mut());
 static START_LOCK: Mutex<()> = Mutex::new(());
 static FORK_HOOK: std::sync::Once = std::sync::Once::new();
-/// The process the running agent belongs to. A child made by a raw `clone`
-/// (no fork hooks ran) inherits `AGENT` but not the collector thread, its
-/// clocks or its locks' owners: there the agent must do nothing.
-static AGENT_PID: AtomicI32 = AtomicI32::new(0);
-
-/// Whether an agent runs and belongs to the calling process (not to a
-/// parent this process was cloned from without fork hooks).
-pub fn owns_process() -> bool {
-    current_agent().is_some() && AGENT_PID.load(Acquire) == sys::getpid()
-}
-
 fn current_agent() -> Option<&'static Agent> {
     // SAFETY: agents are leaked (never freed), see `stop`.
     unsafe { AGENT.load(Acquire).as_ref() }
@@ -309,8 +299,8 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
         tracker: Mutex::new(tracker),
         tables_after,
     }));
-    AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(agent as *const _ as *mut _, Release);
+    ownership::claim();
     threads::register_current();
     collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
     if let Err(e) = shutdown::install(flush_for_shutdown) {
@@ -430,6 +420,7 @@ fn stop(ending: Ending) -> Vec<PathBuf> {
             h.restore();
         }
     }
+    ownership::release();
     AGENT.store(core::ptr::null_mut(), Release);
     let files = std::mem::take(&mut agent.control.0.lock().unwrap_or_else(|e| e.into_inner()).files);
     files
@@ -480,11 +471,13 @@ fn continue_in_child() {
     // threads that do not exist here: the child starts on a fresh one.
     let Ok(storage) = new_storage(&agent.cfg, reg) else {
         STATE.enabled.store(false, SeqCst);
+        ownership::release();
         AGENT.store(core::ptr::null_mut(), Release);
         return;
     };
     if !agent.cfg.continue_after_fork {
         STATE.enabled.store(false, SeqCst);
+        ownership::release();
         AGENT.store(core::ptr::null_mut(), Release);
         return;
     }
@@ -498,8 +491,8 @@ fn continue_in_child() {
         tracker: Mutex::new(None),
         tables_after: collector::FORKED_TABLES_AFTER,
     }));
-    AGENT_PID.store(sys::getpid(), Release);
     AGENT.store(child as *const _ as *mut _, Release);
+    ownership::claim();
     if let (Some((_, rec)), Some((frames, n, start))) = (threads::register_current(), forked_from) {
         // A stack of its own (its clock already fired) is kept.
         if rec.last_depth.load(Relaxed) == 0 {

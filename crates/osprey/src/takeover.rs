@@ -22,7 +22,7 @@ pub fn step_aside(signal: i32, new_handler: usize) -> bool {
         || (signal != sample && signal != prime)
         || new_handler == crate::signal::on_sample as *const () as usize
         || new_handler == crate::signal::on_prime as *const () as usize
-        || !crate::profiler::owns_process()
+        || !crate::ownership::owns_process()
     {
         return false;
     }

@@ -7,6 +7,7 @@ use crate::cpu_clock::{self, thread_cpu_ns};
 use crate::record::{Origin, Record, SampleRecord};
 use crate::registry::{Registry, RegistryConfig};
 use crate::signal::{sys, InFlight, STATE};
+use osprey_procfs::stat::Stat;
 use std::sync::atomic::{AtomicI32, Ordering::*};
 
 /// Thread-start path: registers the calling thread, learns its stack and arms
@@ -354,20 +355,16 @@ pub fn thread_count() -> Option<u64> {
     let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
     // SAFETY: closing the descriptor opened above, error ignored.
     unsafe { libc::close(fd) };
-    let text = std::str::from_utf8(buf.get(..usize::try_from(n).ok()?)?).ok()?;
-    stat_field(text, 20)?.parse().ok()
+    Stat::parse(buf.get(..usize::try_from(n).ok()?)?)?.num_threads()
 }
 
-/// Field `n` of a `/proc/.../stat` text, numbered as in proc(5) (the state is
-/// field 3), counted after the command name, which may hold spaces and `)`.
-pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
-    stat.get(stat.rfind(')')? + 2..)?.split_ascii_whitespace().nth(n.checked_sub(3)?)
-}
-
-/// When process `pid` started (field 22 of its `stat`, clock ticks since
-/// boot): with the pid, it names one process even once the pid is reused.
+/// When process `pid` (> 0) started (field 22 of its `stat`, clock ticks
+/// since boot): with the pid, it names one process even once the pid is reused.
 pub fn start_ticks(pid: i32) -> Option<u64> {
-    stat_field(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?, 22)?.parse().ok()
+    if pid <= 0 {
+        return None;
+    }
+    Stat::parse(&osprey_procfs::stat::read(pid).ok()?)?.starttime()
 }
 
 /// Whether thread `tid` has `signal` blocked (`SigBlk` in its `status`).
@@ -394,9 +391,8 @@ fn status_mask_has(tid: i32, field: &str, signal: i32) -> Option<bool> {
 
 /// Whether thread `tid` is running or runnable (`R` in its `stat`).
 pub fn thread_running(tid: i32) -> bool {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return false };
-    // The state follows the command name, which is in parentheses and may contain spaces.
-    s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('R'))
+    let Ok(s) = osprey_procfs::stat::read_task(0, tid) else { return false };
+    Stat::parse(&s).is_some_and(|s| s.state == b'R')
 }
 
 /// The thread's name from `/proc/self/task/TID/comm` (empty if gone).
@@ -421,22 +417,16 @@ pub fn current_stack_bounds() -> Option<(usize, usize)> {
     }
 }
 
-/// The mapping of `/proc/self/maps` that contains `sp`. For the main
-/// thread's growable `[stack]` the lower bound is extended to the stack rlimit.
-pub fn stack_bounds_of(sp: usize, maps: &str) -> Option<(usize, usize)> {
-    for line in maps.lines() {
-        let mut parts = line.split_whitespace();
-        let range = parts.next()?;
-        let (a, b) = range.split_once('-')?;
-        let (lo, hi) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
-        if (lo..hi).contains(&sp) {
-            if line.ends_with("[stack]") {
-                return Some((hi.saturating_sub(stack_rlimit()), hi));
-            }
-            return Some((lo, hi));
-        }
+/// The mapping of `/proc/self/maps` (its contents `maps`) that contains
+/// `sp`. For the main thread's growable `[stack]` the lower bound is
+/// extended to the stack rlimit.
+pub fn stack_bounds_of(sp: usize, maps: &[u8]) -> Option<(usize, usize)> {
+    let e = osprey_procfs::maps::entries(maps).find(|e| e.contains(sp as u64))?;
+    let (lo, hi) = (usize::try_from(e.start).ok()?, usize::try_from(e.end).ok()?);
+    if e.path == b"[stack]" {
+        return Some((hi.saturating_sub(stack_rlimit()), hi));
     }
-    None
+    Some((lo, hi))
 }
 
 fn stack_rlimit() -> usize {

@@ -449,7 +449,7 @@ impl Aggregator {
             let at = self.start_realtime_ns as i64 + (key.at_ns as i64 - self.start_mono_ns as i64);
             labels.push(Label { key: TIMESTAMP_LABEL.into(), value: LabelValue::Num(at) });
         }
-        if let Some(state) = wall::state::label(key.state) {
+        if let Some(state) = wall::thread_state::label(key.state) {
             labels.push(Label { key: "state".into(), value: LabelValue::Str(state) });
         }
         if key.span_id != 0 || key.local_root_span_id != 0 {

@@ -75,7 +75,7 @@ pub struct SampleRecord {
     pub tags: [u32; TAG_SLOTS],
     /// [`SampleKind`] as u16.
     pub kind: u16,
-    /// Thread state of a `Wall` sample (`crate::wall::state` encoding; 0: none).
+    /// Thread state of a `Wall` sample (`crate::wall::thread_state` encoding; 0: none).
     pub state: u16,
 }
 

@@ -33,8 +33,8 @@
 
 use super::arch::current_regs;
 use super::handler::{DepthGuard, InFlight};
+use super::handler_state::{MAX_FRAMES, STATE};
 use super::live::LIVE;
-use super::state::{MAX_FRAMES, STATE};
 use super::sys::{self, ErrnoGuard};
 use super::{cfi, unwind};
 use crate::record::{SampleKind, SampleRecord};

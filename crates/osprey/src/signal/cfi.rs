@@ -14,7 +14,7 @@
 //! code), a frame the CFI cannot follow (`__restore_rt`, hand-written
 //! assembly), or garbage.
 
-use super::state::STATE;
+use super::handler_state::STATE;
 use super::unwind::{self, Regs, Walk};
 use osprey_unwind::{ModuleSet, Shared, StackReader};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};

@@ -11,7 +11,7 @@
 //! `on_sample` also holds an [`InFlight`] guard while it may touch storage.
 
 use super::arch::{timer_overrun, Regs};
-use super::state::{MAX_FRAMES, STATE};
+use super::handler_state::{MAX_FRAMES, STATE};
 use super::sys::{self, ErrnoGuard};
 use super::{cfi, wall};
 use crate::record::{Origin, Record, SampleKind, SampleRecord};

@@ -3,7 +3,7 @@
 //! | file | what |
 //! |---|---|
 //! | `handler.rs` | [`on_sample`] and [`on_prime`], the in-flight and depth guards |
-//! | `state.rs` | [`STATE`], the process-wide state handlers read |
+//! | `handler_state.rs` | [`STATE`], the process-wide state handlers read |
 //! | `cfi.rs` | the CFI walk over `osprey_unwind`'s published tables |
 //! | `unwind.rs` | the frame-pointer walk (no tables yet, or off the thread's stack) |
 //! | `wall.rs` | the running thread's pending wall time, recorded with its CPU sample |
@@ -35,9 +35,9 @@ pub mod alloc;
 pub(crate) mod arch;
 mod cfi;
 mod handler;
+mod handler_state;
 pub mod live;
 pub mod shutdown;
-mod state;
 pub mod sys;
 pub mod unwind;
 mod wall;
@@ -45,5 +45,5 @@ mod wall;
 pub use handler::in_handler;
 pub use handler::on_sample;
 pub(crate) use handler::{charge_from_now, on_prime, InFlight};
-pub use state::{HandlerState, MAX_FRAMES, STATE};
+pub use handler_state::{HandlerState, MAX_FRAMES, STATE};
 pub use wall::WALL_RUNNING;

@@ -8,12 +8,12 @@
 //!
 //! Signal-safe: two atomics and a ring push.
 
-use super::state::STATE;
+use super::handler_state::STATE;
 use crate::record::{Record, SampleKind, SampleRecord};
 use crate::registry::Registry;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// The `state` of a wall sample of a running thread (`wall::state::RUNNING`
+/// The `state` of a wall sample of a running thread (`wall::thread_state::RUNNING`
 /// is defined as this value; this folder may not import the agent side).
 pub const WALL_RUNNING: u16 = 1;
 

@@ -1,5 +1,5 @@
 //! Wall-time sampling: every thread, running or blocked, accounted in wall
-//! time, with the state it was in ([`state`]).
+//! time, with the state it was in ([`thread_state`]).
 //!
 //! Nothing here runs on the signal path, and no thread is ever signalled
 //! for wall time:
@@ -16,7 +16,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `state.rs` | the state a wall sample carries, its label |
+//! | `thread_state.rs` | the state a wall sample carries, its label |
 //! | `sampler.rs` | the tick: schedule, which threads, what weight, where samples go |
 //! | `proc.rs` | a thread's state, `sp` and `pc` from `/proc/self/task/TID/syscall` |
 //! | `blocked.rs` | one blocked thread's sample: stack copy, walk, consistency check |
@@ -49,5 +49,5 @@
 pub mod blocked;
 pub mod proc;
 pub mod sampler;
-pub mod state;
+pub mod thread_state;
 pub mod walk;

@@ -32,7 +32,7 @@
 
 use super::blocked::{self, Blocked, Buffers};
 use super::proc::ReadError;
-use super::state;
+use super::thread_state;
 use crate::record::{ContextSnapshot, Record, RecordState};
 use crate::registry::Registry;
 use crate::signal::{sys, STATE};
@@ -215,25 +215,25 @@ impl Sampler {
                     COUNTERS.truncated.fetch_add(1, Relaxed);
                 }
                 let frames = self.buf.frames.get(..walk.len).unwrap_or(&[]);
-                add(frames, walk.truncated, state::in_syscall(nr), weight);
+                add(frames, walk.truncated, thread_state::in_syscall(nr), weight);
             }
             Ok(Blocked::Running) => {
                 COUNTERS.running.fetch_add(1, Relaxed);
                 let here = leave_to_clock(rec, weight);
                 if here > 0 {
                     COUNTERS.unclocked.fetch_add(1, Relaxed);
-                    add(&[], true, state::RUNNING, here);
+                    add(&[], true, thread_state::RUNNING, here);
                 }
             }
             Ok(Blocked::Inconsistent { nr, pc }) => {
                 // Blocked at the tick, in `nr` at `pc`: the time is the
                 // state's; only the stack past `pc` is unknown.
                 COUNTERS.inconsistent.fetch_add(1, Relaxed);
-                add(&[pc], true, state::in_syscall(nr), weight);
+                add(&[pc], true, thread_state::in_syscall(nr), weight);
             }
             Ok(Blocked::Unreadable) => {
                 COUNTERS.unreadable.fetch_add(1, Relaxed);
-                add(&[], true, state::SLEEPING, weight);
+                add(&[], true, thread_state::SLEEPING, weight);
             }
             Err(ReadError::Gone | ReadError::Transient(_)) => {}
             Err(ReadError::Unsupported(e)) => return Err(format!("cannot read thread {tid}'s state: {e}")),

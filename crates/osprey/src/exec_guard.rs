@@ -17,6 +17,7 @@
 //! pending from osprey, so [`prepare`] does nothing there.
 
 use crate::cpu_clock;
+use crate::ownership::owns_process;
 use crate::profiler;
 use crate::registry::Registry;
 use crate::signal::{sys, STATE};
@@ -37,7 +38,7 @@ pub enum ExecPrep {
 /// Not async-signal-safe (an exec from a signal handler of a profiled
 /// program takes the same path as from anywhere else).
 pub fn prepare() -> ExecPrep {
-    if !profiler::owns_process() || !STATE.enabled.load(Acquire) {
+    if !owns_process() || !STATE.enabled.load(Acquire) {
         return ExecPrep::Nothing;
     }
     // Registered before signals are blocked here: registration takes a
@@ -65,7 +66,7 @@ pub fn prepare() -> ExecPrep {
 /// After an exec call that failed: the calling thread's clock runs again.
 /// `errno` is left as the failed call set it.
 pub fn exec_failed(prep: ExecPrep) {
-    if prep != ExecPrep::ClockStopped || !profiler::owns_process() {
+    if prep != ExecPrep::ClockStopped || !owns_process() {
         return;
     }
     let _errno = sys::ErrnoGuard::save();
