@@ -15,13 +15,10 @@ pub struct KernelThread {
     pub state: char,
 }
 
-/// Parses the start of `/proc/PID/task/TID/stat`: "tid (comm) S ...".
-pub fn parse_stat(s: &str) -> Option<KernelThread> {
-    let open = s.find('(')?;
-    let close = s.rfind(')')?;
-    let name = s.get(open + 1..close)?.to_string();
-    let state = s.get(close + 1..)?.trim_start().chars().next()?;
-    Some(KernelThread { name, state })
+/// The name and state of a `/proc/PID/task/TID/stat` text.
+pub fn parse_stat(s: &[u8]) -> Option<KernelThread> {
+    let stat = osprey_procfs::stat::Stat::parse(s)?;
+    Some(KernelThread { name: String::from_utf8_lossy(stat.comm).into_owned(), state: stat.state as char })
 }
 
 /// Parses `/proc/PID/task/TID/syscall`: "NR ARG1 ... SP PC", "running", or "-1 SP PC".
@@ -58,8 +55,7 @@ impl ProcFiles {
         }
         let f = &self.stat[&tid];
         let n = Self::pread(f, &mut self.buf)?;
-        let s = String::from_utf8_lossy(&self.buf[..n]);
-        parse_stat(&s).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad stat"))
+        parse_stat(&self.buf[..n]).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad stat"))
     }
 
     /// What the thread is doing right now, from `/proc/.../syscall`.
@@ -100,7 +96,7 @@ mod tests {
 
     #[test]
     fn stat_and_syscall() {
-        let k = parse_stat("1234 (python3 (x)) S 1 2 3").unwrap();
+        let k = parse_stat(b"1234 (python3 (x)) S 1 2 3").unwrap();
         assert_eq!(k.name, "python3 (x)");
         assert_eq!(k.state, 'S');
         assert_eq!(parse_syscall("202 0x7f00 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f12\n"), Some((202, 0x7f00)));

@@ -101,37 +101,25 @@ pub(crate) fn rd_u32(b: &[u8], off: usize) -> u32 {
 pub(crate) struct MapEntry {
     pub start: u64,
     pub end: u64,
-    /// Permissions, e.g. "r-xp" (kept for `Debug` output).
-    #[allow(dead_code)]
-    pub perms: String,
     pub offset: u64,
     pub path: String,
 }
 
 pub(crate) fn read_maps(pid: i32) -> io::Result<Vec<MapEntry>> {
-    let text = fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    Ok(parse_maps(&text))
+    Ok(parse_maps(&osprey_procfs::maps::read(pid)?))
 }
 
-pub(crate) fn parse_maps(text: &str) -> Vec<MapEntry> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut it = line.split_ascii_whitespace();
-        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) =
-            (it.next(), it.next(), it.next(), it.next(), it.next())
-        else {
-            continue;
-        };
-        let path = it.collect::<Vec<_>>().join(" ");
-        let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) =
-            (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
-        else {
-            continue;
-        };
-        out.push(MapEntry { start, end, perms: perms.to_string(), offset, path });
-    }
-    out
+/// The entries of a `/proc/PID/maps` text; a deleted file keeps the path it
+/// was mapped from (without `" (deleted)"`), as the loader named it.
+pub(crate) fn parse_maps(text: &[u8]) -> Vec<MapEntry> {
+    osprey_procfs::maps::entries(text)
+        .map(|e| MapEntry {
+            start: e.start,
+            end: e.end,
+            offset: e.offset,
+            path: String::from_utf8_lossy(e.path).into_owned(),
+        })
+        .collect()
 }
 
 /// Is `name` (a file name, not a path) a CPython shared library?
@@ -276,18 +264,14 @@ pub(crate) fn uptime() -> Option<f64> {
 /// Is process `pid` running (not exited, not a zombie)? Also true of a
 /// thread id (its `/proc` entry is reachable though hidden).
 pub(crate) fn process_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !matches!(crate::remote::kernel_thread::parse_stat(&s).map(|k| k.state), Some('Z') | Some('X') | None),
-        Err(_) => false,
-    }
+    let Ok(text) = osprey_procfs::stat::read(pid) else { return false };
+    osprey_procfs::stat::Stat::parse(&text).is_some_and(|s| !matches!(s.state, b'Z' | b'X'))
 }
 
 /// Is `pid` a child of this process?
 pub(crate) fn is_our_child(pid: i32) -> bool {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let Some(close) = s.rfind(')') else { return false };
-    let ppid: Option<i32> = s[close + 1..].split_ascii_whitespace().nth(1).and_then(|p| p.parse().ok());
-    ppid == Some(std::process::id() as i32)
+    let Ok(text) = osprey_procfs::stat::read(pid) else { return false };
+    osprey_procfs::stat::Stat::parse(&text).and_then(|s| s.ppid()) == Some(std::process::id() as i32)
 }
 
 #[cfg(test)]
@@ -297,7 +281,7 @@ mod tests {
     #[test]
     fn maps_parse() {
         let m = parse_maps(
-            "7f00-7f10 r-xp 00001000 08:01 123  /usr/lib/libpython3.12.so.1.0\n\
+            b"7f00-7f10 r-xp 00001000 08:01 123  /usr/lib/libpython3.12.so.1.0\n\
              7f20-7f30 rw-p 00000000 00:00 0 \n",
         );
         assert_eq!(m.len(), 2);

@@ -115,9 +115,8 @@ const YOUNG: Duration = Duration::from_secs(1);
 /// ago and not before `since` (seconds since boot), from its start time in
 /// `/proc/.../stat` and its run time in `/proc/.../schedstat`.
 fn young_thread_cpu(pid: i32, tid: i32, since: Option<f64>) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    // Field 22, counted from the fields after the name (which start at 3).
-    let start_ticks: u64 = stat[stat.rfind(')')? + 2..].split_ascii_whitespace().nth(22 - 3)?.parse().ok()?;
+    let stat = osprey_procfs::stat::read_task(pid, tid).ok()?;
+    let start_ticks = osprey_procfs::stat::Stat::parse(&stat)?.starttime()?;
     let uptime = uptime()?;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;

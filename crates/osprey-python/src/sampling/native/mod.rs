@@ -305,9 +305,8 @@ impl Native {
 
 /// The vDSO's mapping in `maps`, if any (its image is read from the target).
 fn vdso(maps: &str) -> Option<osprey_unwind::scan::Loaded> {
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (a, b) = line.split_whitespace().next()?.split_once('-')?;
-    let (start, end) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+    let e = osprey_procfs::maps::entries(maps.as_bytes()).find(|e| e.path == b"[vdso]")?;
+    let (start, end) = (e.start, e.end);
     Some(osprey_unwind::scan::Loaded { path: "[vdso]".into(), bias: start, start, end, image: Some((start, end)) })
 }
 
