@@ -9,6 +9,7 @@
 //! advance where a chain of execs ends, and keeps it an ancestor, which
 //! `process_vm_readv` and ptrace permissions ask for.
 
+use crate::status::StatusDir;
 use crate::{hints, supervise, tree, Failure, Sampling};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -86,6 +87,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     c.env("OSPREY_WALL_HZ", cfg.wall_hz.to_string())
         .env("OSPREY_WALL_THREADS", cfg.wall_threads.to_string())
         .env("OSPREY_ALLOC_INTERVAL", cfg.alloc_interval.to_string());
+    // Every agent of the tree leaves a report of what it sampled and delivered there.
+    let status = StatusDir::create();
+    match &status {
+        Some(d) => c.env("OSPREY_STATUS", d.path()),
+        None => c.env_remove("OSPREY_STATUS"),
+    };
     let before = hints::profile_files(&cfg.out_dir);
     supervise::block_relayed(&mut c);
     let started = Instant::now();
@@ -106,7 +113,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let cpu = supervise::tree_cpu(pid);
     let ended = supervise::reap(pid);
     let finished = tree.finish();
-    report_uploads(finished.iter().flat_map(|f| f.uploads.iter()), s.quiet);
+    let reports = status.as_ref().map(StatusDir::reports).unwrap_or_default();
+    let uploads = osprey_upload::report::merge_uploads(
+        reports.iter().flat_map(|r| r.uploads.iter()).chain(finished.iter().flat_map(|f| f.uploads.iter())),
+    );
+    let samples = reports.iter().map(|r| r.samples).sum::<u64>()
+        + finished.iter().filter_map(|f| f.result.as_ref().ok()).map(|s| s.samples).sum::<u64>();
     if !s.quiet {
         // Each distinct warning once, with the processes it concerns.
         let mut warnings: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
@@ -127,9 +139,11 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         let _ = std::fs::remove_dir(&cfg.out_dir);
     }
     if !s.quiet {
-        let run = hints::Run { command: &cmd[0], children, wall, cpu, hz: cfg.hz, written };
+        let run =
+            hints::Run { command: &cmd[0], children, wall, cpu, hz: cfg.hz, written, samples, uploads: up.uploads() };
         hints::messages(&run).iter().for_each(|m| eprintln!("{m}"));
     }
+    report_uploads(&uploads, s.quiet);
     Ok(supervise::end_like(ended))
 }
 
@@ -147,10 +161,10 @@ pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failu
     let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
     let mut delivery = osprey_upload::Delivery::new(up.clone(), meta, cfg.period);
     let result = osprey_python::attach_with_sink(pid, &opts, stop, &mut |data| delivery.flush(data, Vec::new));
-    report_uploads(delivery.finish().iter(), s.quiet);
+    report_uploads(&delivery.finish(), s.quiet);
     let summary = result.map_err(|e| Failure::from(e.to_string()))?;
     if !s.quiet {
-        print_summary(&summary);
+        print_summary(&summary, up.uploads());
     }
     Ok(0)
 }
@@ -202,25 +216,9 @@ fn script_name(args: &[String]) -> String {
     "python".into()
 }
 
-/// One line per backend: what was delivered, and what was not. Silenced by
-/// `--quiet` unless something was lost.
-fn report_uploads<'a>(stats: impl Iterator<Item = &'a osprey_upload::BackendStats>, quiet: bool) {
-    for s in stats {
-        let mut line = format!("osprey: {}: {} profiles delivered to {}", s.backend, s.delivered, s.url);
-        let lost = s.queued > 0 || s.dropped > 0 || s.rejected > 0;
-        if s.queued > 0 {
-            line.push_str(&format!(", {} not sent at exit", s.queued));
-        }
-        if s.dropped > 0 {
-            line.push_str(&format!(", {} dropped (queue full)", s.dropped));
-        }
-        if s.rejected > 0 {
-            line.push_str(&format!(", {} refused", s.rejected));
-        }
-        if !quiet || lost {
-            eprintln!("{line}");
-        }
-    }
+/// Prints [`hints::upload_lines`].
+fn report_uploads<'a>(stats: impl IntoIterator<Item = &'a osprey_upload::BackendStats>, quiet: bool) {
+    hints::upload_lines(stats, quiet).iter().for_each(|l| eprintln!("{l}"));
 }
 
 fn python_options(
@@ -242,7 +240,8 @@ fn python_options(
     }
 }
 
-fn print_summary(s: &osprey_python::Summary) {
+/// `uploads`: profiles went to a backend, whose lines said how many arrived.
+fn print_summary(s: &osprey_python::Summary, uploads: bool) {
     s.warnings.iter().for_each(|w| eprintln!("osprey: {w}"));
     if let Some(n) = &s.native {
         eprintln!(
@@ -252,6 +251,8 @@ fn print_summary(s: &osprey_python::Summary) {
     }
     let names: Vec<String> = s.files.iter().map(|p| p.display().to_string()).collect();
     match names.len() {
+        0 if s.samples > 0 && uploads => {}
+        0 if s.samples > 0 => eprintln!("osprey: {} samples taken, yet no profile written (see above)", s.samples),
         0 => eprintln!("osprey: no samples ({} sampling passes); no profile written", s.passes_done),
         n => eprintln!("osprey: {} samples; {n} profile(s) written: {}", s.samples, names.join(" ")),
     }

@@ -1,6 +1,7 @@
 //! What `osprey exec` tells the user at the end, on stderr, once
-//! (`--quiet` silences it): where the work went when the command's children
-//! did it, why a run has no samples, and the profile files written.
+//! (`--quiet` silences it unless profiles were lost): where the work went
+//! when the command's children did it, why a run has no samples, the profile
+//! files written and what each backend accepted.
 
 use crate::supervise::TreeCpu;
 use std::collections::BTreeSet;
@@ -27,6 +28,10 @@ pub struct Run<'a> {
     pub hz: u32,
     /// Profile files that appeared in the output directory during the run.
     pub written: Vec<PathBuf>,
+    /// Samples the processes reported taking (files or backends alike).
+    pub samples: u64,
+    /// Whether profiles went to a backend (its lines say how many arrived).
+    pub uploads: bool,
 }
 
 /// The kernel's accounting tick (`/proc/<pid>/stat` CPU times are in it).
@@ -54,7 +59,11 @@ pub fn messages(r: &Run) -> Vec<String> {
             ms(r.cpu.tree)
         ));
     }
-    if r.written.is_empty() {
+    if r.written.is_empty() && r.samples > 0 {
+        if !r.uploads {
+            out.push(format!("osprey: {} samples taken, yet no profile written (see above)", r.samples));
+        }
+    } else if r.written.is_empty() {
         let (cpu, whose) = if r.children { (r.cpu.tree, "its process tree") } else { (r.cpu.own, "it") };
         let why = if cpu < period {
             format!(
@@ -84,6 +93,33 @@ pub fn messages(r: &Run) -> Vec<String> {
     out
 }
 
+/// One line per backend: what was delivered, and what was not and why.
+/// With `quiet`, only the lines of backends that lost profiles.
+pub fn upload_lines<'a>(stats: impl IntoIterator<Item = &'a osprey_upload::BackendStats>, quiet: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in stats {
+        let noun = if s.delivered == 1 { "profile" } else { "profiles" };
+        let mut line = format!("osprey: {}: {} {noun} delivered to {}", s.backend, s.delivered, s.url);
+        let lost = s.queued > 0 || s.dropped > 0 || s.rejected > 0;
+        if s.queued > 0 {
+            line.push_str(&format!(", {} not delivered by exit", s.queued));
+        }
+        if s.dropped > 0 {
+            line.push_str(&format!(", {} dropped (queue full)", s.dropped));
+        }
+        if s.rejected > 0 {
+            line.push_str(&format!(", {} refused", s.rejected));
+        }
+        if let Some(e) = s.last_error.as_ref().filter(|_| lost) {
+            line.push_str(&format!(" (last error: {e})"));
+        }
+        if !quiet || lost {
+            out.push(line);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +132,8 @@ mod tests {
             cpu: TreeCpu { own: Duration::from_millis(own_ms), tree: Duration::from_millis(tree_ms) },
             hz: 100,
             written: (0..written).map(|i| PathBuf::from(format!("profiles/osprey-{i}.pb.gz"))).collect(),
+            samples: written as u64 * 10,
+            uploads: false,
         }
     }
 
@@ -119,5 +157,38 @@ mod tests {
         let m = messages(&run(1, 1, 0));
         assert_eq!(m.len(), 1);
         assert!(m[0].contains("less than one sample period (10 ms at 100 Hz)"), "{m:?}");
+    }
+
+    #[test]
+    fn samples_sent_to_a_backend_are_not_no_samples() {
+        let mut r = run(100, 100, 0);
+        r.samples = 2195;
+        r.uploads = true;
+        assert!(messages(&r).is_empty(), "{:?}", messages(&r));
+        r.uploads = false;
+        assert_eq!(messages(&r), vec!["osprey: 2195 samples taken, yet no profile written (see above)"]);
+    }
+
+    #[test]
+    fn upload_lines_count_what_was_lost_and_why() {
+        let ok = osprey_upload::BackendStats {
+            backend: "otlp",
+            url: "http://127.0.0.1:1/v".into(),
+            delivered: 3,
+            ..Default::default()
+        };
+        let down = osprey_upload::BackendStats {
+            backend: "datadog",
+            url: "http://127.0.0.1:2/p".into(),
+            queued: 3,
+            last_error: Some("connection refused".into()),
+            ..Default::default()
+        };
+        assert_eq!(upload_lines([&ok], false), vec!["osprey: otlp: 3 profiles delivered to http://127.0.0.1:1/v"]);
+        assert!(upload_lines([&ok], true).is_empty());
+        assert_eq!(
+            upload_lines([&down], true),
+            vec!["osprey: datadog: 0 profiles delivered to http://127.0.0.1:2/p, 3 not delivered by exit (last error: connection refused)"]
+        );
     }
 }

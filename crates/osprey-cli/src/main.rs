@@ -3,6 +3,7 @@
 mod exec;
 mod hints;
 mod report;
+mod status;
 mod supervise;
 mod tree;
 

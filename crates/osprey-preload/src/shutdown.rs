@@ -1,10 +1,11 @@
 //! `abort` and `_exit`, interposed: the profile so far is written (waiting
-//! at most `osprey::internals::shutdown::FLUSH_WAIT`) before libc's own runs.
+//! at most `osprey::internals::shutdown::FLUSH_WAIT`, and for `_exit` the
+//! backends' exit wait too, as `exit` does) before libc's own runs.
 //! Nothing is done in a process the agent does not belong to (a `vfork`
 //! child calling `_exit` shares our memory, and must not touch the agent).
 //! libc's functions are looked up at load time, never in these paths.
 
-use osprey::internals::shutdown::flush_bounded;
+use osprey::internals::shutdown::{flush_at_exit, flush_bounded};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 
 static REAL_EXIT: AtomicUsize = AtomicUsize::new(0);
@@ -19,13 +20,14 @@ pub fn resolve() {
     }
 }
 
-/// Interposed `_exit`: last profile (bounded), then libc's `_exit`.
+/// Interposed `_exit`: last profile (bounded, and delivered as at `exit`),
+/// then libc's `_exit`.
 ///
 /// # Safety
 /// Same contract as libc's `_exit`.
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: libc::c_int) -> ! {
-    flush_bounded();
+    flush_at_exit();
     let f = REAL_EXIT.load(Acquire);
     if f != 0 {
         // SAFETY: `f` is libc's `_exit`.

@@ -26,7 +26,12 @@ impl Delivery {
     /// Starts the upload threads if `cfg` names a backend. `period`: the
     /// profiling period (failures are logged at most once per period).
     pub fn new(cfg: UploadConfig, meta: Meta, period: Duration) -> Delivery {
-        let uploader = cfg.uploads().then(|| Uploader::start(cfg.clone(), meta.clone(), period));
+        Self::with_spawner(cfg, meta, period, crate::worker::std_spawner)
+    }
+
+    /// [`Delivery::new`] with the upload threads started by `spawn`.
+    pub fn with_spawner(cfg: UploadConfig, meta: Meta, period: Duration, spawn: crate::worker::Spawner) -> Delivery {
+        let uploader = cfg.uploads().then(|| Uploader::start_with(cfg.clone(), meta.clone(), period, spawn));
         Delivery { cfg, runtime_id: meta.runtime_id, uploader }
     }
 
@@ -80,6 +85,14 @@ impl Delivery {
     /// The uploader's counters (empty without a backend).
     pub fn stats(&self) -> Vec<BackendStats> {
         self.uploader.as_ref().map(Uploader::stats).unwrap_or_default()
+    }
+
+    /// Waits until every backend has sent what is queued (delivered or
+    /// given up), or until `deadline`; uploads go on afterwards.
+    pub fn wait_delivered(&self, deadline: std::time::Instant) {
+        if let Some(u) = &self.uploader {
+            u.wait_idle(deadline);
+        }
     }
 
     /// Sends what is queued, waiting at most the configured exit wait.

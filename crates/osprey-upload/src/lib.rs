@@ -17,6 +17,7 @@
 //! | [`datadog`] | `POST /profiling/v1/input` multipart |
 //! | [`pyroscope`] | `POST /ingest?name=...&format=pprof` |
 //! | [`otlp`] | pprof -> `ExportProfilesServiceRequest` (profiles v1development) |
+//! | [`report`] | [`RunReport`]: what a process sampled and delivered, for the `osprey exec` that started it |
 //! | [`provenance`] | `code-provenance.json`: binaries and libraries, Python distributions |
 
 pub mod config;
@@ -28,12 +29,14 @@ pub mod otlp;
 pub mod provenance;
 pub mod pyroscope;
 pub mod queue;
+pub mod report;
 pub mod worker;
 
 pub use config::{Backend, ConfigError, Endpoint, Flags, UploadConfig};
 pub use delivery::Delivery;
 pub use error::Error;
-pub use worker::{BackendStats, Uploader};
+pub use report::RunReport;
+pub use worker::{BackendStats, Spawner, Uploader};
 
 /// The pprof label with a sample's wall-clock time (ns since the Unix
 /// epoch), as Datadog names it; OTLP gets it as the sample's timestamp.

@@ -57,6 +57,8 @@ struct Lane {
     endpoint: Endpoint,
     queue: Queue,
     busy: bool,
+    /// No thread serves this lane: shutdown does not wait for its queue.
+    stalled: bool,
     stats: BackendStats,
     /// Counts already reported in a profile's comments.
     reported_dropped: u64,
@@ -114,10 +116,26 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Starts one upload thread: `(name, body)`. The agent passes one that makes
+/// the thread its own (never sampled, its CPU charged to `[osprey] agent`).
+pub type Spawner = fn(String, Box<dyn FnOnce() + Send>) -> std::io::Result<JoinHandle<()>>;
+
+/// A plain named thread.
+pub fn std_spawner(name: String, body: Box<dyn FnOnce() + Send>) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name).spawn(body)
+}
+
 impl Uploader {
     /// Starts one thread per backend of `cfg`. `log_interval`: at most one
     /// line per backend per interval on stderr (the profiling period).
     pub fn start(cfg: UploadConfig, meta: Meta, log_interval: Duration) -> Uploader {
+        Self::start_with(cfg, meta, log_interval, std_spawner)
+    }
+
+    /// [`Uploader::start`] with threads started by `spawn`. A backend whose
+    /// thread cannot start keeps its profiles queued: they count as not
+    /// delivered, with the reason as its last error.
+    pub fn start_with(cfg: UploadConfig, meta: Meta, log_interval: Duration, spawn: Spawner) -> Uploader {
         let lanes = cfg
             .endpoints()
             .into_iter()
@@ -127,6 +145,7 @@ impl Uploader {
                 endpoint,
                 queue: Queue::new(cfg.queue_profiles, cfg.queue_bytes),
                 busy: false,
+                stalled: false,
                 reported_dropped: 0,
                 reported_rejected: 0,
             })
@@ -140,15 +159,18 @@ impl Uploader {
             provenance: OnceLock::new(),
             log_interval: log_interval.max(Duration::from_secs(1)),
         });
-        let threads = (0..n)
-            .map(|i| {
-                let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("osprey-upload-{i}"))
-                    .spawn(move || run(&s, i))
-                    .expect("spawning an upload thread")
-            })
-            .collect();
+        let mut threads = Vec::with_capacity(n);
+        for i in 0..n {
+            let s = shared.clone();
+            match spawn(format!("osprey-upload-{i}"), Box::new(move || run(&s, i))) {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.lanes[i].stats.last_error = Some(format!("cannot start its upload thread: {e}"));
+                    st.lanes[i].stalled = true;
+                }
+            }
+        }
         Uploader { shared, threads, shut: false }
     }
 
@@ -215,6 +237,20 @@ impl Uploader {
             .collect()
     }
 
+    /// Waits until no backend has a profile queued or in flight, or until
+    /// `deadline`. Nothing stops: for a process about to end abruptly.
+    pub fn wait_idle(&self, deadline: Instant) {
+        let mut st = self.lock();
+        loop {
+            let pending = st.lanes.iter().any(|l| !l.stalled && (l.busy || !l.queue.is_empty()));
+            let now = Instant::now();
+            if !pending || now >= deadline {
+                return;
+            }
+            st = self.shared.cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
     /// Sends what is queued, waiting at most `max_wait`; then returns the
     /// counters. Later submissions are ignored.
     pub fn shutdown(&mut self, max_wait: Duration) -> Vec<BackendStats> {
@@ -227,14 +263,14 @@ impl Uploader {
         self.shared.cv.notify_all();
         let mut st = self.lock();
         loop {
-            let pending = st.lanes.iter().any(|l| l.busy || !l.queue.is_empty());
+            let pending = st.lanes.iter().any(|l| !l.stalled && (l.busy || !l.queue.is_empty()));
             let now = Instant::now();
             if !pending || now >= deadline {
                 break;
             }
             st = self.shared.cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
         }
-        let done = !st.lanes.iter().any(|l| l.busy || !l.queue.is_empty());
+        let done = !st.lanes.iter().any(|l| !l.stalled && (l.busy || !l.queue.is_empty()));
         drop(st);
         if done {
             for t in self.threads.drain(..) {

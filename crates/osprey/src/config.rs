@@ -5,6 +5,7 @@
 //! | `OSPREY_HZ` | samples per CPU-second per thread (1–10000) | 100 |
 //! | `OSPREY_PERIOD` | seconds between profile files (0.1–86400) | 60 |
 //! | `OSPREY_OUT` | output directory | `./profiles` |
+//! | `OSPREY_STATUS` | directory for the end-of-run report `osprey exec` reads | none |
 //! | `OSPREY_MAX_DEPTH` | frames kept per stack (1–256) | 128 |
 //! | `OSPREY_THREADS` | thread records pre-allocated (1-65536) | 256 |
 //! | `OSPREY_THREADS_GROW` | `0` forbids growing the pool | 1 |
@@ -83,6 +84,9 @@ pub struct Config {
     /// Delivery to Datadog / Pyroscope / OTLP (and whether files are
     /// written), see `osprey_upload::config`. None: files in `out_dir` only.
     pub upload: Option<osprey_upload::UploadConfig>,
+    /// Where the agent leaves its [`osprey_upload::RunReport`] at exit
+    /// (`OSPREY_STATUS`, set by `osprey exec`). None: no report.
+    pub status_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -107,6 +111,7 @@ impl Default for Config {
             alloc: false,
             alloc_interval: 512 << 10,
             upload: None,
+            status_dir: None,
         }
     }
 }
@@ -146,6 +151,9 @@ impl Config {
         }
         if let Some(v) = get("OSPREY_OUT") {
             c.out_dir = PathBuf::from(v);
+        }
+        if let Some(v) = get("OSPREY_STATUS").filter(|v| !v.is_empty()) {
+            c.status_dir = Some(PathBuf::from(v));
         }
         if let Some(v) = get("OSPREY_MAX_DEPTH") {
             c.max_depth = parse_num("OSPREY_MAX_DEPTH", &v)?;

@@ -85,7 +85,7 @@ pub mod internals {
     }
     /// The last profile on termination signals, `abort`, `_exit`.
     pub mod shutdown {
-        pub use crate::profiler::flush_bounded;
+        pub use crate::profiler::{flush_at_exit, flush_bounded};
         pub use crate::shutdown::{disguised, FLUSH_WAIT, SIGNALS};
     }
     /// Stepping aside when the program takes over osprey's signal.

@@ -168,6 +168,12 @@ enum Ending {
 /// With a limit, the control lock is only tried until the deadline too (the
 /// caller may be `abort`/`_exit` on a thread that holds it).
 fn request_flush(limit: Option<Duration>) -> Result<Option<PathBuf>, Error> {
+    request_flush_delivered(limit, None)
+}
+
+/// [`request_flush`]; with `deliver`, the collector also waits (that long at
+/// most) for the backends to take what is queued.
+fn request_flush_delivered(limit: Option<Duration>, deliver: Option<Duration>) -> Result<Option<PathBuf>, Error> {
     if !owns_process() {
         return Err(Error::NotRunning);
     }
@@ -176,6 +182,7 @@ fn request_flush(limit: Option<Duration>) -> Result<Option<PathBuf>, Error> {
     let (lock, cv) = &*agent.control;
     let Some(mut g) = lock_until(lock, deadline) else { return Ok(None) };
     g.flush_requested = true;
+    g.deliver_by = deliver.map(|d| std::time::Instant::now() + d);
     cv.notify_all();
     while g.flush_requested {
         g = match deadline {
@@ -224,6 +231,19 @@ pub fn flush_bounded() {
         threads::charge_current_remainder();
     }
     flush_for_shutdown();
+}
+
+/// For `_exit`, the end of a process as normal as `exit`: the profile so far
+/// is written (at most `shutdown::FLUSH_WAIT`) and, as at `exit`, the
+/// backends get the configured exit wait to take it. Does nothing in a
+/// process the agent does not belong to.
+pub fn flush_at_exit() {
+    if !owns_process() {
+        return;
+    }
+    threads::charge_current_remainder();
+    let wait = current_agent().and_then(|a| a.cfg.upload.as_ref().filter(|u| u.uploads()).map(|u| u.exit_wait));
+    let _ = request_flush_delivered(Some(crate::shutdown::FLUSH_WAIT + wait.unwrap_or_default()), wait);
 }
 
 /// Registers the calling thread now (thread-start path) instead of waiting for

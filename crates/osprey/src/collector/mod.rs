@@ -34,6 +34,9 @@ pub(crate) struct Control {
     pub stop: bool,
     /// Set by `flush`: write a profile now; cleared when written.
     pub flush_requested: bool,
+    /// Set with a flush request at `_exit`: the flush counts as done once
+    /// the backends have what is queued, or at this instant.
+    pub deliver_by: Option<std::time::Instant>,
     /// The file of the last flush, if it wrote one.
     pub last_file: Option<PathBuf>,
     /// Every file written so far.
@@ -80,8 +83,9 @@ fn run(agent: &'static Agent) {
     // Uploads (if configured) run on threads of their own; see osprey_upload.
     let mut delivery = cfg.upload.clone().map(|up| {
         let meta = osprey_upload::Meta::new(agent.runtime_id.clone(), sys::getpid(), osprey_upload::Language::Native);
-        osprey_upload::Delivery::new(up, meta, cfg.period)
+        osprey_upload::Delivery::with_spawner(up, meta, cfg.period, spawn_upload)
     });
+    let mut report = osprey_upload::RunReport::default();
     let (lock, cv) = &*agent.control;
     let now = Instant::now();
     let drain_interval = drain_interval(cfg);
@@ -134,16 +138,21 @@ fn run(agent: &'static Agent) {
             takeover::check_dispositions();
             next_takeover_check = now + TAKEOVER_CHECK;
         }
-        let (stop, flush_now) = {
-            let g = lock.lock().unwrap_or_else(|e| e.into_inner());
-            (g.stop, g.flush_requested)
+        let (stop, flush_now, deliver_by) = {
+            let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+            (g.stop, g.flush_requested, g.deliver_by.take())
         };
         if stop {
             break;
         }
         if flush_now || now >= next_flush {
             aggregator.add_unsampled(discovery.take_unsampled());
-            let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref(), &mut own);
+            let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref(), &mut own, &mut report);
+            // A process may end with `_exit` right after this flush: the report is current.
+            if let (Some(by), Some(d)) = (deliver_by, delivery.as_ref()) {
+                d.wait_delivered(by);
+            }
+            leave_report(agent, &mut report, delivery.as_ref().map(|d| d.stats()));
             let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
             g.flush_requested = false;
             g.last_file = file.clone();
@@ -163,14 +172,38 @@ fn run(agent: &'static Agent) {
     // Final flush: sampling is already off and no handler is in flight (see `profiler::stop`).
     discovery.check_now(reg);
     aggregator.add_unsampled(discovery.take_unsampled());
-    let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref(), &mut own);
+    let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref(), &mut own, &mut report);
     if let Some(t) = tables {
         unwind_tables::park(t);
     }
     lock.lock().unwrap_or_else(|e| e.into_inner()).files.extend(file);
     // Bounded: at most the configured exit wait, whatever the backends do.
-    if let Some(d) = delivery.as_mut() {
-        d.finish();
+    let uploads = delivery.as_mut().map(|d| d.finish());
+    leave_report(agent, &mut report, uploads);
+}
+
+/// Leaves `report` (with the backends' counters) where `osprey exec` reads
+/// it, if it asked. Best effort: without it, `exec` counts the files it finds.
+fn leave_report(
+    agent: &Agent,
+    report: &mut osprey_upload::RunReport,
+    uploads: Option<Vec<osprey_upload::BackendStats>>,
+) {
+    let Some(dir) = &agent.cfg.status_dir else { return };
+    report.uploads = uploads.unwrap_or_default();
+    let _ = report.write(dir, sys::getpid(), &agent.runtime_id);
+}
+
+/// Upload threads are osprey's own: never sampled, their CPU is `[osprey] agent`.
+fn spawn_upload(name: String, body: Box<dyn FnOnce() + Send>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    threads::spawn_internal(&name, body)
+}
+
+/// The samples of a profile: its `samples` values, else one per stack.
+fn sample_count(data: &osprey_pprof::ProfileData) -> u64 {
+    match data.sample_types.iter().position(|(t, _)| t == "samples") {
+        Some(i) => data.samples.iter().map(|s| s.values.get(i).copied().unwrap_or(0).max(0) as u64).sum(),
+        None => data.samples.len() as u64,
     }
 }
 
@@ -203,6 +236,7 @@ fn write(
     storage: &CallTraceStorage,
     delivery: Option<&osprey_upload::Delivery>,
     own: &mut own::OwnCpu,
+    report: &mut osprey_upload::RunReport,
 ) -> Option<PathBuf> {
     let mut comments = vec![format!("runtime-id={}", agent.runtime_id)];
     comments.push(format!("osprey {} hz={}", env!("CARGO_PKG_VERSION"), agent.cfg.hz));
@@ -211,6 +245,8 @@ fn write(
     if data.samples.is_empty() {
         return None;
     }
+    report.profiles += 1;
+    report.samples += sample_count(&data);
     let aggregator = &*aggregator;
     let late = || match own.take() {
         0 => vec![],
@@ -221,7 +257,10 @@ fn write(
         None => pprof::write_profile_late(&agent.cfg.out_dir, &data, late).map(Some),
     };
     match written {
-        Ok(p) => p,
+        Ok(p) => {
+            report.files.extend(p.clone());
+            p
+        }
         Err(e) => {
             crate::say!("osprey: cannot write profile to {}: {e}", agent.cfg.out_dir.display());
             None
