@@ -57,5 +57,5 @@ pub use config::{Clock, Config};
 pub use error::{Error, Result};
 pub use process::{ProcessSampler, Refreshed};
 pub use record::{parse, RawSample, Record, UserRegs};
-pub use thread::{Drained, ThreadSampler};
+pub use thread::{Counts, Drained, ThreadSampler};
 pub use unwind::{now_ns, Stack, Unwinder, MAX_FRAMES, RESCAN, UNKNOWN_RESCAN};

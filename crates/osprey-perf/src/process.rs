@@ -144,16 +144,7 @@ impl ProcessSampler {
     pub fn wait(&mut self, timeout: Duration) -> Result<bool> {
         let mut fds: Vec<libc::pollfd> =
             self.fds().map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
-        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `fds` is a live array of `fds.len()` pollfds.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                return Ok(false);
-            }
-            return Err(Error::Io { what: "poll", source: e });
-        }
+        let n = crate::sys::poll(&mut fds, timeout).map_err(|source| Error::Io { what: "poll", source })?;
         // `fds` is in the map's order.
         for (t, p) in self.threads.values_mut().zip(&fds) {
             if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {

@@ -41,6 +41,9 @@ pub const REG_IP: u32 = 8;
 /// `PERF_SAMPLE_REGS_ABI_64`: the sampled user context was 64-bit.
 pub const REGS_ABI_64: u64 = 2;
 
+/// `PERF_FORMAT_LOST` (Linux 6.0): `read()` also returns the records lost.
+pub const FORMAT_LOST: u64 = 1 << 4;
+
 /// `PERF_RECORD_LOST`: the kernel dropped records, the ring being full.
 pub const RECORD_LOST: u32 = 2;
 /// `PERF_RECORD_SAMPLE`.
@@ -131,6 +134,39 @@ pub fn ioctl(fd: &OwnedFd, request: libc::c_ulong) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// `poll(fds, POLLIN, timeout)`: the number of descriptors ready (with
+/// `revents` filled), 0 on timeout or `EINTR`.
+pub fn poll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> io::Result<usize> {
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `fds` is a live array of `fds.len()` pollfds.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    match usize::try_from(n) {
+        Ok(n) => Ok(n),
+        Err(_) => {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                Ok(0)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Reads the event's count: `[value, lost]` with [`FORMAT_LOST`], else
+/// `[value, 0]`.
+pub fn read_count(fd: &OwnedFd, with_lost: bool) -> io::Result<[u64; 2]> {
+    use std::os::fd::AsRawFd;
+    let mut v = [0u64; 2];
+    let len = if with_lost { 16 } else { 8 };
+    // SAFETY: reads at most `len` <= 16 bytes into `v`.
+    let n = unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), len) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v)
 }
 
 /// `/proc/sys/kernel/perf_event_paranoid`, if readable.

@@ -32,10 +32,24 @@ impl std::ops::AddAssign for Drained {
     }
 }
 
+/// The event's own count, read without the ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// The clock's value: the thread's CPU nanoseconds since the event
+    /// started (while it was enabled).
+    pub cpu_ns: u64,
+    /// Samples the kernel could not write, the ring being full; `None` on
+    /// kernels before 6.0 (no `PERF_FORMAT_LOST`: losses then show as
+    /// [`Drained::lost`], once the ring has room again).
+    pub lost: Option<u64>,
+}
+
 /// A sampling event on one thread (any process the caller may trace).
 /// Sampling starts in [`ThreadSampler::open`] and stops when it is dropped.
 pub struct ThreadSampler {
     tid: u32,
+    /// Opened with `PERF_FORMAT_LOST`.
+    format_lost: bool,
     ring: Ring,
     /// After `ring`: the mapping goes before the descriptor closes.
     fd: OwnedFd,
@@ -75,10 +89,18 @@ impl ThreadSampler {
             ..Attr::default()
         };
         let tid_c = i32::try_from(tid).map_err(|_| Error::NoSuchThread { tid })?;
-        let fd = sys::perf_event_open(&attr, tid_c).map_err(|e| Error::open(tid, e))?;
+        let with_lost = Attr { read_format: sys::FORMAT_LOST, ..attr };
+        let (fd, format_lost) = match sys::perf_event_open(&with_lost, tid_c) {
+            Ok(fd) => (fd, true),
+            // Before 6.0: an unknown read_format bit.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                (sys::perf_event_open(&attr, tid_c).map_err(|e| Error::open(tid, e))?, false)
+            }
+            Err(e) => return Err(Error::open(tid, e)),
+        };
         let ring = Ring::map(&fd, pages)?;
         sys::ioctl(&fd, sys::IOC_ENABLE).map_err(|source| Error::Io { what: "PERF_EVENT_IOC_ENABLE", source })?;
-        Ok(ThreadSampler { tid, ring, fd })
+        Ok(ThreadSampler { tid, format_lost, ring, fd })
     }
 
     /// The sampled thread.
@@ -90,6 +112,22 @@ impl ThreadSampler {
     /// full; `POLLHUP` once the thread has exited.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// Waits up to `timeout` for the ring to be half full or the thread to
+    /// exit; true if one happened.
+    pub fn wait(&self, timeout: std::time::Duration) -> Result<bool> {
+        use std::os::fd::AsRawFd;
+        let mut fds = [libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let n = sys::poll(&mut fds, timeout).map_err(|source| Error::Io { what: "poll", source })?;
+        Ok(n > 0)
+    }
+
+    /// The event's count and losses so far.
+    pub fn counts(&self) -> Result<Counts> {
+        let [cpu_ns, lost] = sys::read_count(&self.fd, self.format_lost)
+            .map_err(|source| Error::Io { what: "read of a perf event", source })?;
+        Ok(Counts { cpu_ns, lost: self.format_lost.then_some(lost) })
     }
 
     /// Bytes waiting in the ring.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use osprey_unwind::{unwind, CopiedStack, ModuleSet, Regs};
 
 use crate::modules::Modules;
-use crate::record::RawSample;
+use crate::record::{RawSample, UserRegs};
 
 /// Frames per stack, at most.
 pub const MAX_FRAMES: usize = 256;
@@ -78,9 +78,10 @@ impl Unwinder {
         let Some(r) = sample.regs else { return stack };
         let regs = Regs { pc: r.ip, sp: r.sp, fp: r.bp };
         let copy = CopiedStack { base: r.sp, bytes: sample.stack };
-        let mut walk = unwind(self.modules.set(), regs, |a| copy.read(a), &mut self.frames);
+        let read = |a: u64| below_sp(r, a).or_else(|| copy.read(a));
+        let mut walk = unwind(self.modules.set(), regs, read, &mut self.frames);
         if walk.truncated && self.unknown_at(walk.len) && self.may_rescan_for_unknown(sample.time) && self.rescan() {
-            walk = unwind(self.modules.set(), regs, |a| copy.read(a), &mut self.frames);
+            walk = unwind(self.modules.set(), regs, read, &mut self.frames);
         }
         stack.pcs.extend_from_slice(&self.frames[..walk.len]);
         stack.truncated = walk.truncated;
@@ -109,6 +110,19 @@ impl std::fmt::Debug for Unwinder {
         f.debug_struct("Unwinder").field("modules", &self.modules.set().modules().len()).finish()
     }
 }
+
+/// A read below the sampled stack pointer, which the copy does not hold.
+/// CFI asks for one only in a leaf's epilogue after `pop %rbp`: compilers
+/// leave rbp's rule as "saved at CFA-16" until the `ret` (LLVM always, GCC
+/// for rbp used as a callee-saved register), and the slot is then below sp.
+/// The value there is the one just popped, that is, the current rbp.
+/// Return addresses are never below sp (the CFA is above it).
+fn below_sp(r: UserRegs, addr: u64) -> Option<u64> {
+    (addr < r.sp && r.sp - addr <= RED_ZONE).then_some(r.bp)
+}
+
+/// The x86_64 ABI's red zone: the most a leaf keeps below its sp.
+const RED_ZONE: u64 = 128;
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds: the samples' clock.
 pub fn now_ns() -> u64 {
