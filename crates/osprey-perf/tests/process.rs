@@ -94,3 +94,27 @@ fn a_missing_process_or_thread_is_a_clear_error() {
     assert!(matches!(e, Error::NoSuchThread { tid } if tid == pid), "{e:?}");
     assert!(matches!(ThreadSampler::open(std::process::id(), HZ, 12), Err(Error::Config(_))));
 }
+
+#[test]
+fn a_library_loaded_after_attach_is_unwound() {
+    let t = Target::start(&["dlopen", "1.5"]);
+    let run = sample_until_exit(t, HZ);
+    assert_eq!(run.code, Some(3));
+    let set = run.unwinder.modules();
+    let in_libz = |pc: u64| set.module_for(pc).is_some_and(|m| m.path.to_string_lossy().contains("libz.so"));
+    let mut namer = Namer::default();
+    let (mut libz, mut through) = (0, 0);
+    for s in run.stacks.iter().filter(|s| s.pcs.first().is_some_and(|&pc| in_libz(pc))) {
+        libz += 1;
+        let names = namer.names(set, &s.pcs);
+        if !s.truncated && names.iter().any(|n| n == "zlib_loop") && names.iter().any(|n| n == "main") {
+            through += 1;
+        }
+    }
+    eprintln!(
+        "{} stacks, {libz} with the leaf in libz, {through} of them complete through zlib_loop and main",
+        run.stacks.len()
+    );
+    assert!(libz >= 100, "{libz} samples in libz");
+    assert!(share(through, libz) >= 95.0, "{through}/{libz}");
+}

@@ -7,10 +7,14 @@
  *   split block SECONDS as `run` without the late thread, plus a thread
  *                       blocked in read() on a pipe until the end.
  *   split fixed ROUNDS  main alone runs ROUNDS rounds (fixed work).
+ *   split dlopen SECONDS main alone: round_of_work for a third of SECONDS,
+ *                       then dlopen("libz.so.1") and compress2 in
+ *                       zlib_loop until the end (code loaded after attach).
  *
  * Prints "ready" (and "blocked TID") once its threads run, "done" at the
  * end, and exits with status 3. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +83,27 @@ __attribute__((noinline, noclone)) void *blocked_main(void *arg) {
     return NULL;
 }
 
+typedef int (*compress2_fn)(unsigned char *, unsigned long *, const unsigned char *, unsigned long, int);
+
+__attribute__((noinline, noclone)) int zlib_loop(double end) {
+    void *z = dlopen("libz.so.1", RTLD_NOW);
+    compress2_fn compress2 = z ? (compress2_fn)dlsym(z, "compress2") : NULL;
+    if (!compress2)
+        return 2;
+    static unsigned char src[1 << 16], dst[(1 << 16) + 1024];
+    unsigned long x = 1;
+    for (size_t i = 0; i < sizeof src; i++) {
+        x = x * 6364136223846793005UL + 1;
+        src[i] = (unsigned char)((x >> 60) + 'a');
+    }
+    while (now() < end) {
+        unsigned long len = sizeof dst;
+        if (compress2(dst, &len, src, sizeof src, 6) != 0)
+            return 2;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
@@ -89,6 +114,17 @@ int main(int argc, char **argv) {
         fflush(stdout);
         for (long i = 0; i < (long)arg; i++)
             round_of_work();
+        puts("done");
+        return 3;
+    }
+    if (strcmp(mode, "dlopen") == 0) {
+        double end = now() + arg;
+        puts("ready");
+        fflush(stdout);
+        until = end - arg * 2 / 3;
+        work_until();
+        if (zlib_loop(end) != 0)
+            return 2;
         puts("done");
         return 3;
     }
