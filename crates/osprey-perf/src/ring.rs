@@ -191,7 +191,7 @@ mod tests {
 
     /// Writes `records` into a 64-byte ring starting at `start`, and walks it.
     fn walk_from(start: u64, records: &[Vec<u8>]) -> Vec<Vec<u8>> {
-        let mut area = vec![0u8; 64];
+        let mut area = [0u8; 64];
         let mut at = start;
         for r in records {
             for &b in r {
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn a_corrupt_size_skips_to_head() {
-        let area = vec![0u8; 64];
+        let area = [0u8; 64];
         let data = Data { ptr: area.as_ptr(), size: 64 };
         let (n, tail) = data.walk(0, 32, &mut Vec::new(), &mut |_| panic!("no record"));
         assert_eq!((n, tail), (0, 32));
