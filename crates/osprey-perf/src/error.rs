@@ -95,3 +95,19 @@ impl std::error::Error for Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_setting_and_the_fix() {
+        let e = Error::open(7, io::Error::from_raw_os_error(libc::EACCES));
+        let text = e.to_string();
+        assert!(matches!(e, Error::Permission { tid: 7, .. }), "{e:?}");
+        assert!(text.contains("kernel.perf_event_paranoid is ") || text.contains("could not be read"), "{text}");
+        assert!(text.contains("sysctl kernel.perf_event_paranoid=1") && text.contains("CAP_PERFMON"), "{text}");
+        assert!(matches!(Error::open(7, io::Error::from_raw_os_error(libc::ESRCH)), Error::NoSuchThread { tid: 7 }));
+        assert!(matches!(Error::open(7, io::Error::from_raw_os_error(libc::ENOENT)), Error::Unsupported { .. }));
+    }
+}

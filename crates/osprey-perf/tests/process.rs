@@ -93,6 +93,8 @@ fn a_missing_process_or_thread_is_a_clear_error() {
     let e = ThreadSampler::open(pid, HZ, 16 << 10).unwrap_err();
     assert!(matches!(e, Error::NoSuchThread { tid } if tid == pid), "{e:?}");
     assert!(matches!(ThreadSampler::open(std::process::id(), HZ, 12), Err(Error::Config(_))));
+    // The largest stack copy is accepted by the kernel.
+    ThreadSampler::open(std::process::id(), HZ, osprey_perf::Config::MAX_STACK).unwrap();
 }
 
 #[test]
