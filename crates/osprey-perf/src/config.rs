@@ -26,7 +26,10 @@ pub struct Config {
     /// Which clock.
     pub clock: Clock,
     /// Data pages per thread's ring (a power of two); `None`: room for about
-    /// half a second of samples, between 8 and 256 pages.
+    /// a quarter second of the thread's samples, between 8 and 64 pages
+    /// (32-256 KiB; 64 at 99 Hz with 16 KiB stacks). The pages are pinned:
+    /// a process of N threads costs N rings. The reader must drain a ring
+    /// before it fills (pollers are woken at half), or samples are lost.
     pub ring_pages: Option<usize>,
     /// Also sample while the thread runs in the kernel (its user registers
     /// and stack are those of the system call it is in). Needs
@@ -63,9 +66,9 @@ impl Config {
             Some(_) => return Err(Error::Config("ring_pages must be a power of two")),
             None => {
                 let record = u64::from(self.stack_bytes) + 128;
-                let half_second = record * u64::from(self.hz) / 2;
+                let quarter_second = record * u64::from(self.hz) / 4;
                 let page = crate::sys::page_size() as u64;
-                usize::try_from(half_second.div_ceil(page)).unwrap_or(256).next_power_of_two().clamp(8, 256)
+                usize::try_from(quarter_second.div_ceil(page)).unwrap_or(64).next_power_of_two().clamp(8, 64)
             }
         };
         Ok(Config { ring_pages: Some(pages), ..*self })

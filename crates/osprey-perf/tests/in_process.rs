@@ -52,7 +52,7 @@ fn a_thread_blocking_every_signal_is_sampled_with_either_clock() {
         let (go_tx, go_rx) = mpsc::channel();
         let h = std::thread::spawn(move || masked_thread(500_000_000, tid_tx, go_rx));
         let tid = tid_rx.recv().unwrap();
-        let config = Config { clock, ..Config::new(999, 16 << 10) };
+        let config = Config { clock, ring_pages: Some(256), ..Config::new(999, 16 << 10) };
         let mut sampler = ThreadSampler::open_with(tid, &config).expect("perf_event_open");
         go_tx.send(()).unwrap();
         let (mut stacks, mut scratch, mut d) = (Vec::new(), Vec::new(), osprey_perf::Drained::default());

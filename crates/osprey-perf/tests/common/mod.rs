@@ -107,7 +107,9 @@ pub struct Run {
 /// Samples `t` at `hz` until it exits, refreshing its threads every 100 ms.
 pub fn sample_until_exit(t: Target, hz: u32) -> Run {
     let pid = t.pid();
-    let mut sampler = ProcessSampler::attach(pid, hz, 16 << 10).expect("attach");
+    // 1 MiB rings: at 999 Hz on a busy machine this thread may wait a while.
+    let config = osprey_perf::Config { ring_pages: Some(256), ..osprey_perf::Config::new(hz, 16 << 10) };
+    let mut sampler = ProcessSampler::attach_with(pid, &config).expect("attach");
     let mut unwinder = Unwinder::new(pid);
     let mut stacks = Vec::new();
     let mut tids: Vec<u32> = sampler.tids().collect();
