@@ -48,7 +48,12 @@ impl Modules {
     /// Re-reads the maps; rebuilds the set if they changed. True if it did.
     /// A target that has exited keeps its last set.
     pub(crate) fn rescan(&mut self) -> bool {
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else { return false };
+        // A path that is not UTF-8 is mangled and its file not found; the
+        // other modules stay.
+        let Ok(maps) = osprey_procfs::maps::read(self.pid as i32).map(|b| String::from_utf8_lossy(&b).into_owned())
+        else {
+            return false;
+        };
         if maps == self.maps {
             return false;
         }
@@ -98,9 +103,8 @@ impl Modules {
 /// The vDSO's mapping in `maps`, if any, as a module whose image is read
 /// from the target.
 fn vdso(maps: &str) -> Option<Loaded> {
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (a, b) = line.split_whitespace().next()?.split_once('-')?;
-    let (start, end) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+    let e = osprey_procfs::maps::entries(maps.as_bytes()).find(|e| e.path == b"[vdso]")?;
+    let (start, end) = (e.start, e.end);
     Some(Loaded { path: "[vdso]".into(), bias: start, start, end, image: Some((start, end)) })
 }
 
