@@ -1,0 +1,188 @@
+//! Decoding the ring's records for the one `sample_type` this crate asks
+//! for ([`SAMPLE_TYPE`], registers [`REGS_MASK`]).
+//!
+//! `PERF_RECORD_SAMPLE` body, in this order (linux/perf_event.h):
+//! `u64 ip; u32 pid, tid; u64 time; u64 period; u64 abi; u64 regs[3]`
+//! (bp, sp, ip: increasing register number; absent when `abi` is 0, a
+//! kernel thread), then `u64 size; u8 data[size]; u64 dyn_size` (`dyn_size`
+//! only when `size` is not 0). Only `data[..dyn_size]` was copied from the
+//! thread's stack.
+
+use crate::sys;
+
+/// The fields every sample carries.
+pub(crate) const SAMPLE_TYPE: u64 = sys::SAMPLE_IP
+    | sys::SAMPLE_TID
+    | sys::SAMPLE_TIME
+    | sys::SAMPLE_PERIOD
+    | sys::SAMPLE_REGS_USER
+    | sys::SAMPLE_STACK_USER;
+
+/// The user registers copied: what `osprey_unwind::Regs` starts from.
+pub(crate) const REGS_MASK: u64 = (1 << sys::REG_BP) | (1 << sys::REG_SP) | (1 << sys::REG_IP);
+
+/// User-mode registers at the sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserRegs {
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Stack pointer: the copied stack starts here.
+    pub sp: u64,
+    /// Frame pointer (`rbp`).
+    pub bp: u64,
+}
+
+/// One sample as the kernel wrote it, borrowing the ring (or its scratch
+/// copy): valid for the duration of the drain callback.
+#[derive(Clone, Copy, Debug)]
+pub struct RawSample<'a> {
+    /// Process id (thread group).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// `CLOCK_MONOTONIC` nanoseconds.
+    pub time: u64,
+    /// CPU time this sample stands for, in nanoseconds (the event's period).
+    pub period: u64,
+    /// The sampled instruction pointer (a kernel address when the event
+    /// counts kernel time and the thread was in a system call).
+    pub ip: u64,
+    /// The thread's user registers; `None` when it had no user context
+    /// (a kernel thread) or was not 64-bit.
+    pub regs: Option<UserRegs>,
+    /// The copy of the user stack from `regs.sp` upwards (the part the
+    /// kernel could copy: it stops at the end of the stack mapping).
+    pub stack: &'a [u8],
+}
+
+/// A decoded record.
+#[derive(Clone, Copy, Debug)]
+pub enum Record<'a> {
+    /// A sample.
+    Sample(RawSample<'a>),
+    /// The kernel dropped this many samples, the ring being full.
+    Lost(u64),
+    /// Another record type (not requested; skipped).
+    Other(u32),
+    /// A sample record too short for its declared fields.
+    Malformed,
+}
+
+/// Little-endian reads over a record.
+struct Cursor<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn u64(&mut self) -> Option<u64> {
+        let (v, rest) = self.b.split_first_chunk::<8>()?;
+        self.b = rest;
+        Some(u64::from_le_bytes(*v))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        let (v, rest) = self.b.split_first_chunk::<4>()?;
+        self.b = rest;
+        Some(u32::from_le_bytes(*v))
+    }
+
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (v, rest) = self.b.split_at_checked(n)?;
+        self.b = rest;
+        Some(v)
+    }
+}
+
+/// Decodes one record (header included).
+pub fn parse(record: &[u8]) -> Record<'_> {
+    let mut c = Cursor { b: record };
+    let Some(kind) = c.u32() else { return Record::Malformed };
+    // misc and size: the ring walk already used the size.
+    if c.u32().is_none() {
+        return Record::Malformed;
+    }
+    match kind {
+        sys::RECORD_SAMPLE => sample(&mut c).map_or(Record::Malformed, Record::Sample),
+        // `u64 id; u64 lost;`
+        sys::RECORD_LOST => c.u64().and_then(|_| c.u64()).map_or(Record::Malformed, Record::Lost),
+        k => Record::Other(k),
+    }
+}
+
+fn sample<'a>(c: &mut Cursor<'a>) -> Option<RawSample<'a>> {
+    let ip = c.u64()?;
+    let pid = c.u32()?;
+    let tid = c.u32()?;
+    let time = c.u64()?;
+    let period = c.u64()?;
+    let abi = c.u64()?;
+    let regs = if abi == 0 {
+        None
+    } else {
+        let (bp, sp, rip) = (c.u64()?, c.u64()?, c.u64()?);
+        Some(UserRegs { ip: rip, sp, bp }).filter(|_| abi == sys::REGS_ABI_64)
+    };
+    let size = usize::try_from(c.u64()?).ok()?;
+    let stack = if size == 0 {
+        &[][..]
+    } else {
+        let data = c.bytes(size)?;
+        let dyn_size = usize::try_from(c.u64()?).ok()?;
+        data.get(..dyn_size).unwrap_or(data)
+    };
+    Some(RawSample { pid, tid, time, period, ip, regs, stack })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_record(abi: u64, stack: &[u8], dyn_size: u64) -> Vec<u8> {
+        let mut b = Vec::new();
+        let u64s = |b: &mut Vec<u8>, vs: &[u64]| vs.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+        b.extend_from_slice(&sys::RECORD_SAMPLE.to_le_bytes());
+        b.extend_from_slice(&[0, 0, 0, 0]);
+        u64s(&mut b, &[0x401000]);
+        b.extend_from_slice(&10u32.to_le_bytes());
+        b.extend_from_slice(&11u32.to_le_bytes());
+        u64s(&mut b, &[123, 5_000_000, abi]);
+        if abi != 0 {
+            u64s(&mut b, &[0xb0, 0x7ff0, 0x401001]);
+        }
+        u64s(&mut b, &[stack.len() as u64]);
+        b.extend_from_slice(stack);
+        if !stack.is_empty() {
+            u64s(&mut b, &[dyn_size]);
+        }
+        let size = b.len() as u16;
+        b[6..8].copy_from_slice(&size.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn a_sample_with_registers_and_a_partial_stack() {
+        let rec = sample_record(2, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], 8);
+        let Record::Sample(s) = parse(&rec) else { panic!("{:?}", parse(&rec)) };
+        assert_eq!((s.pid, s.tid, s.time, s.period, s.ip), (10, 11, 123, 5_000_000, 0x401000));
+        assert_eq!(s.regs, Some(UserRegs { ip: 0x401001, sp: 0x7ff0, bp: 0xb0 }));
+        assert_eq!(s.stack, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn a_sample_without_user_context() {
+        let rec = sample_record(0, &[], 0);
+        let Record::Sample(s) = parse(&rec) else { panic!() };
+        assert_eq!((s.regs, s.stack.len()), (None, 0));
+    }
+
+    #[test]
+    fn lost_and_truncated_records() {
+        let mut lost = sys::RECORD_LOST.to_le_bytes().to_vec();
+        lost.extend_from_slice(&[0, 0, 24, 0]);
+        lost.extend_from_slice(&1u64.to_le_bytes());
+        lost.extend_from_slice(&42u64.to_le_bytes());
+        assert!(matches!(parse(&lost), Record::Lost(42)));
+        let rec = sample_record(2, &[0; 16], 16);
+        assert!(matches!(parse(&rec[..rec.len() - 9]), Record::Malformed));
+    }
+}
