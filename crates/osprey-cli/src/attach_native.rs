@@ -38,6 +38,12 @@ struct Agg {
 /// Samples `pid` (checked by [`crate::target::check`]) until `duration`,
 /// Ctrl-C or its exit.
 pub fn run(pid: i32, duration: Option<Duration>, s: &Sampling) -> Result<u8, Failure> {
+    if s.wall || s.alloc {
+        let flag = if s.wall { "--wall" } else { "--alloc" };
+        return Err(Failure::usage(format!(
+            "{flag}: only `osprey exec` has it (the agent, from inside the program); `attach` to a native process samples CPU time"
+        )));
+    }
     let process = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_string();
     let up = exec::delivery(s, &process)?;
     let cfg = exec::check_sampling(s, &up)?;

@@ -97,14 +97,16 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
 
 /// Stops `tid`, copies its registers and up to `buf.len()` bytes of stack
 /// from sp (within sp's mapping), resumes it. Returns the registers, the
-/// bytes copied and how long the thread was stopped.
+/// bytes copied and how long the thread was held stopped.
 fn copy_stack(
     tid: i32,
     maps: &osprey_pprof::maps::ProcMaps,
     buf: &mut [u8],
 ) -> std::io::Result<(UserRegs, usize, Duration)> {
-    let t0 = Instant::now();
     let stopped = osprey_python::ptrace::Stopped::new(tid, false)?;
+    // From the stop being seen to the detach: the time the thread stood still
+    // because of us (it may have reached the stop a little earlier).
+    let t0 = Instant::now();
     let r = stopped.regs()?;
     let regs = UserRegs { ip: r.rip, sp: r.rsp, bp: r.rbp };
     let end = maps.find(regs.sp).map_or(regs.sp, |i| maps.regions[i].end);
