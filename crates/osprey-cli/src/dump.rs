@@ -10,9 +10,10 @@
 //! (`osprey_perf::Unwinder`), and all the frames named in one pass
 //! (`osprey_pprof::symbolize`).
 //!
-//! Python frames of a CPython target are not read yet: its native frames
-//! (the interpreter's C functions) are printed, as for any process.
+//! A CPython target's threads show their Python frames
+//! ([`crate::dump_python`]), and with `--native` their native frames too.
 
+use crate::dump_python::{self, PyFrame};
 use crate::{target, Failure};
 use osprey_perf::{RawSample, UserRegs};
 use std::collections::HashMap;
@@ -32,11 +33,15 @@ struct Thread {
     truncated: bool,
     /// Why there are no frames.
     error: Option<String>,
+    /// Its fs base (`pthread_self()` with glibc), 0 if not read.
+    fs_base: u64,
+    /// CPython: its Python frames, innermost first.
+    python: Option<Vec<PyFrame>>,
 }
 
 pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
     target::check(pid)?;
-    let cpython = !native && osprey_python::is_cpython_process(pid);
+    let cpython = osprey_python::is_cpython_process(pid);
     let maps = osprey_pprof::maps::ProcMaps::read(pid).map_err(|e| Failure::from(format!("pid {pid}: maps: {e}")))?;
     let mut unwinder = osprey_perf::Unwinder::new(pid as u32);
     let started = Instant::now();
@@ -45,11 +50,13 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
     let mut threads = Vec::new();
     for tid in target::threads(pid) {
         let state = target::thread_state(pid, tid);
+        let name = target::thread_name(pid, tid);
         let mut t =
-            Thread { tid, name: target::thread_name(pid, tid), state, pcs: Vec::new(), truncated: true, error: None };
+            Thread { tid, name, state, pcs: Vec::new(), truncated: true, error: None, fs_base: 0, python: None };
         match copy_stack(tid, &maps, &mut stack) {
-            Ok((regs, len, stopped)) => {
+            Ok((regs, fs_base, len, stopped)) => {
                 longest = longest.max(stopped);
+                t.fs_base = fs_base;
                 let raw = RawSample {
                     pid: pid as u32,
                     tid: tid as u32,
@@ -79,13 +86,24 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
         threads.push(t);
     }
     let took = started.elapsed();
+    let mut show_native = true;
+    if cpython {
+        let fs_bases: HashMap<u64, i32> =
+            threads.iter().filter(|t| t.fs_base != 0).map(|t| (t.fs_base, t.tid)).collect();
+        match dump_python::stacks(pid, &fs_bases) {
+            Ok(mut py) => {
+                threads.iter_mut().for_each(|t| t.python = py.remove(&t.tid));
+                show_native = native;
+            }
+            Err(e) => eprintln!(
+                "osprey: pid {pid} runs CPython, yet its Python frames could not be read ({e}): native frames shown"
+            ),
+        }
+    }
     let names = name_frames(pid, &threads, unwinder.modules());
     let process = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_string();
-    let out = if json { to_json(pid, &process, &threads, &names) } else { to_text(pid, &process, &threads, &names) };
-    print!("{out}");
-    if cpython {
-        eprintln!("osprey: pid {pid} runs CPython: its Python frames are not read by `dump` yet (native frames shown)");
-    }
+    let d = Dump { pid, process: &process, threads: &threads, names: &names, native: show_native };
+    print!("{}", if json { d.json() } else { d.text() });
     eprintln!(
         "osprey: {} threads in {:.3} s; each stopped at most {} us",
         threads.len(),
@@ -97,12 +115,12 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
 
 /// Stops `tid`, copies its registers and up to `buf.len()` bytes of stack
 /// from sp (within sp's mapping), resumes it. Returns the registers, the
-/// bytes copied and how long the thread was held stopped.
+/// fs base, the bytes copied and how long the thread was held stopped.
 fn copy_stack(
     tid: i32,
     maps: &osprey_pprof::maps::ProcMaps,
     buf: &mut [u8],
-) -> std::io::Result<(UserRegs, usize, Duration)> {
+) -> std::io::Result<(UserRegs, u64, usize, Duration)> {
     let stopped = osprey_python::ptrace::Stopped::new(tid, false)?;
     // From the stop being seen to the detach: the time the thread stood still
     // because of us (it may have reached the stop a little earlier).
@@ -113,7 +131,7 @@ fn copy_stack(
     let len = (end.saturating_sub(regs.sp) as usize).min(buf.len());
     let n = read_remote(tid, regs.sp, &mut buf[..len]);
     drop(stopped);
-    Ok((regs, n, t0.elapsed()))
+    Ok((regs, r.fs_base, n, t0.elapsed()))
 }
 
 /// `process_vm_readv` of `buf.len()` bytes at `addr` of `tid`'s process; bytes read.
@@ -158,47 +176,79 @@ fn state_text(s: &target::ThreadState) -> String {
     }
 }
 
-fn to_text(pid: i32, process: &str, threads: &[Thread], names: &HashMap<(u64, bool), String>) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "pid {pid} ({process}): {} threads", threads.len());
-    for t in threads {
-        let _ = writeln!(o, "\nthread {} \"{}\" {}", t.tid, t.name, state_text(&t.state));
-        if let Some(e) = &t.error {
-            let _ = writeln!(o, "  (stack not read: {e})");
-            continue;
-        }
-        for (i, &pc) in t.pcs.iter().enumerate() {
-            let name = names.get(&(pc, i > 0)).map_or("?", String::as_str);
-            let _ = writeln!(o, "  #{i:<3} {pc:#018x} {name}");
-        }
-        if t.truncated {
-            let _ = writeln!(o, "  {}", osprey::internals::collector::FRAME_TRUNCATED);
-        }
-    }
-    o
+/// What is printed.
+struct Dump<'a> {
+    pid: i32,
+    process: &'a str,
+    threads: &'a [Thread],
+    names: &'a HashMap<(u64, bool), String>,
+    /// Print the native frames (always, but for a CPython target without `--native`).
+    native: bool,
 }
 
-fn to_json(pid: i32, process: &str, threads: &[Thread], names: &HashMap<(u64, bool), String>) -> String {
-    let threads: Vec<serde_json::Value> = threads
-        .iter()
-        .map(|t| {
-            let frames: Vec<serde_json::Value> = t
-                .pcs
-                .iter()
-                .enumerate()
-                .map(|(i, &pc)| serde_json::json!({ "pc": format!("{pc:#x}"), "function": names.get(&(pc, i > 0)) }))
-                .collect();
-            serde_json::json!({
-                "tid": t.tid,
-                "name": t.name,
-                "state": t.state.word(),
-                "syscall": t.state.syscall,
-                "frames": frames,
-                "truncated": t.truncated,
-                "error": t.error,
+impl Dump<'_> {
+    fn name(&self, pc: u64, i: usize) -> &str {
+        self.names.get(&(pc, i > 0)).map_or("?", String::as_str)
+    }
+
+    fn text(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(o, "pid {} ({}): {} threads", self.pid, self.process, self.threads.len());
+        for t in self.threads {
+            let _ = writeln!(o, "\nthread {} \"{}\" {}", t.tid, t.name, state_text(&t.state));
+            for f in t.python.iter().flatten() {
+                let _ = writeln!(o, "  py  {} ({}:{})", f.function, f.file, f.line);
+            }
+            if !self.native {
+                continue;
+            }
+            if let Some(e) = &t.error {
+                let _ = writeln!(o, "  (stack not read: {e})");
+                continue;
+            }
+            for (i, &pc) in t.pcs.iter().enumerate() {
+                let _ = writeln!(o, "  #{i:<3} {pc:#018x} {}", self.name(pc, i));
+            }
+            if t.truncated {
+                let _ = writeln!(o, "  {}", osprey::internals::collector::FRAME_TRUNCATED);
+            }
+        }
+        o
+    }
+
+    fn json(&self) -> String {
+        let threads: Vec<serde_json::Value> = self
+            .threads
+            .iter()
+            .map(|t| {
+                let mut v = serde_json::json!({
+                    "tid": t.tid,
+                    "name": t.name,
+                    "state": t.state.word(),
+                    "syscall": t.state.syscall,
+                    "error": t.error,
+                });
+                if self.native {
+                    let frames: Vec<serde_json::Value> = t
+                        .pcs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &pc)| serde_json::json!({ "pc": format!("{pc:#x}"), "function": self.name(pc, i) }))
+                        .collect();
+                    v["frames"] = frames.into();
+                    v["truncated"] = t.truncated.into();
+                }
+                if let Some(py) = &t.python {
+                    let py: Vec<serde_json::Value> = py
+                        .iter()
+                        .map(|f| serde_json::json!({ "function": f.function, "file": f.file, "line": f.line }))
+                        .collect();
+                    v["python"] = py.into();
+                }
+                v
             })
-        })
-        .collect();
-    let v = serde_json::json!({ "pid": pid, "process": process, "threads": threads });
-    format!("{v}\n")
+            .collect();
+        let v = serde_json::json!({ "pid": self.pid, "process": self.process, "threads": threads });
+        format!("{v}\n")
+    }
 }

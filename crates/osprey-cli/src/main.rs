@@ -2,6 +2,7 @@
 
 mod attach_native;
 mod dump;
+mod dump_python;
 mod exec;
 mod hints;
 mod report;
@@ -143,7 +144,7 @@ enum Cmd {
         /// One JSON object instead of text.
         #[arg(long)]
         json: bool,
-        /// CPython: native frames instead of Python frames (other processes: always native).
+        /// CPython: the native frames too, after the Python frames (other processes: always native).
         #[arg(long)]
         native: bool,
     },

@@ -109,3 +109,33 @@ fn a_thousand_threads_are_dumped() {
     finish(c);
     let _ = std::fs::remove_dir_all(bin.parent().unwrap());
 }
+
+/// A CPython process shows its Python frames (skipped without `python3`).
+#[test]
+fn cpython_threads_show_python_frames() {
+    let script = "import sys, threading\n\
+                  def waits_on_event(ev):\n    ev.wait()\n\
+                  def reads_stdin():\n    return sys.stdin.read(1)\n\
+                  threading.Thread(target=waits_on_event, args=(threading.Event(),), daemon=True).start()\n\
+                  print('ready', flush=True)\n\
+                  reads_stdin()\n";
+    let Ok(mut c) = Command::new("python3").args(["-c", script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()
+    else {
+        eprintln!("skipping: no python3");
+        return;
+    };
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    std::thread::sleep(Duration::from_millis(200));
+    let v: serde_json::Value = serde_json::from_str(&dump(c.id(), true)).unwrap();
+    let py = |t: &serde_json::Value| -> Vec<String> {
+        t["python"].as_array().into_iter().flatten().map(|f| f["function"].as_str().unwrap().to_string()).collect()
+    };
+    let threads = v["threads"].as_array().unwrap();
+    let main = threads.iter().find(|t| t["tid"] == c.id()).unwrap();
+    assert_eq!(main["syscall"], "read", "{main}");
+    assert_eq!(py(main), ["reads_stdin", "<module>"], "{main}");
+    assert!(threads.iter().any(|t| py(t).contains(&"waits_on_event".to_string())), "{v}");
+    finish(c);
+}
