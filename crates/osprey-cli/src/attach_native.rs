@@ -253,3 +253,39 @@ fn symbolize_offline(data: &mut ProfileData, modules: &ModuleSet) {
 fn realtime_ns() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn marker_function_for_offline_names() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// A profile written after the target is gone names its frames from the
+    /// unwinder's modules; an address in no module stays an address.
+    #[test]
+    fn offline_names_come_from_the_modules() {
+        let unwinder = osprey_perf::Unwinder::new(std::process::id());
+        let pc = marker_function_for_offline_names as *const () as u64 + 1;
+        let mut data = ProfileData {
+            samples: vec![Sample {
+                frames: vec![
+                    Frame::Native { addr: pc, return_address: false },
+                    Frame::Native { addr: 8, return_address: true },
+                ],
+                values: vec![1, 1],
+                labels: vec![],
+            }],
+            ..Default::default()
+        };
+        symbolize_offline(&mut data, unwinder.modules());
+        let f = &data.samples[0].frames;
+        assert!(
+            matches!(&f[0], Frame::Function { name, .. } if name.contains("marker_function_for_offline_names")),
+            "{f:?}"
+        );
+        assert_eq!(f[1], Frame::Native { addr: 8, return_address: true });
+    }
+}

@@ -99,3 +99,36 @@ pub fn thread_state(pid: i32, tid: i32) -> ThreadState {
         });
     ThreadState { code, syscall }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_process_passes_and_bad_pids_are_refused() {
+        let me = std::process::id() as i32;
+        assert!(check(me).is_ok());
+        assert!(alive(me));
+        assert_eq!(check(0).err().map(|f| f.code), Some(2));
+        assert_eq!(check(-3).err().map(|f| f.code), Some(2));
+        assert!(threads(me).contains(&me));
+        assert!(!thread_name(me, me).is_empty());
+    }
+
+    #[test]
+    fn a_thread_blocked_in_a_call_shows_it() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            let _ = rx.recv();
+        });
+        let tid = tid_rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let s = thread_state(std::process::id() as i32, tid);
+        drop(tx);
+        h.join().unwrap();
+        assert_eq!((s.word(), s.syscall.as_deref()), ("sleeping", Some("futex")), "{s:?}");
+    }
+}
