@@ -123,7 +123,8 @@ struct Run {
     hz: u32,
     lines: bool,
     timeline: bool,
-    /// Thread names by id, read when the thread is first seen and kept after it exits.
+    /// Thread names by id: read when the thread is first seen and again at
+    /// each flush, kept after it exits.
     names: HashMap<u32, String>,
     pending: HashMap<Key, Agg>,
     start_realtime_ns: i64,
@@ -160,6 +161,14 @@ impl Run {
         self.started = Instant::now();
         if pending.is_empty() {
             return;
+        }
+        // Names set after a thread was first seen (pthread_setname_np once
+        // started) are the ones shown; a gone thread keeps its last name.
+        for tid in pending.keys().map(|k| k.0).collect::<std::collections::HashSet<u32>>() {
+            let name = crate::target::thread_name(self.pid, tid as i32);
+            if !name.is_empty() {
+                self.names.insert(tid, name);
+            }
         }
         let samples = pending.into_iter().map(|(key, agg)| self.sample(key, agg)).collect();
         let mut data = ProfileData {
