@@ -147,15 +147,21 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     Ok(supervise::end_like(ended))
 }
 
+/// `osprey attach`: a CPython process is sampled by `osprey-python`, any
+/// other by `perf_event_open` ([`crate::attach_native`]).
 pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failure> {
-    let up = delivery(s, &python_program_name(pid))?;
-    let cfg = check_sampling(s, &up)?;
     let duration = match duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
             return Err(Failure::usage(format!("--duration {d} must be positive")))
         }
         d => d.map(Duration::from_secs_f64),
     };
+    crate::target::check(pid)?;
+    if !osprey_python::is_cpython_process(pid) {
+        return crate::attach_native::run(pid, duration, s);
+    }
+    let up = delivery(s, &python_program_name(pid))?;
+    let cfg = check_sampling(s, &up)?;
     let opts = python_options(&cfg, &up, duration, s);
     let stop = stop_on_ctrl_c();
     let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
@@ -170,7 +176,7 @@ pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failu
 }
 
 /// The delivery configuration: flags, then OSPREY_* and ecosystem variables.
-fn delivery(s: &Sampling, program: &str) -> Result<osprey_upload::UploadConfig, Failure> {
+pub(crate) fn delivery(s: &Sampling, program: &str) -> Result<osprey_upload::UploadConfig, Failure> {
     let d = &s.delivery;
     let flags = osprey_upload::Flags {
         service: d.service.clone(),
@@ -217,7 +223,7 @@ fn script_name(args: &[String]) -> String {
 }
 
 /// Prints [`hints::upload_lines`].
-fn report_uploads<'a>(stats: impl IntoIterator<Item = &'a osprey_upload::BackendStats>, quiet: bool) {
+pub(crate) fn report_uploads<'a>(stats: impl IntoIterator<Item = &'a osprey_upload::BackendStats>, quiet: bool) {
     hints::upload_lines(stats, quiet).iter().for_each(|l| eprintln!("{l}"));
 }
 
@@ -260,7 +266,7 @@ fn print_summary(s: &osprey_python::Summary, uploads: bool) {
 
 /// Ctrl-C (SIGINT/SIGTERM) sets the returned flag instead of killing osprey,
 /// so the sampler can write its last profile.
-fn stop_on_ctrl_c() -> &'static AtomicBool {
+pub(crate) fn stop_on_ctrl_c() -> &'static AtomicBool {
     static STOP: AtomicBool = AtomicBool::new(false);
     extern "C" fn on_signal(_: libc::c_int) {
         STOP.store(true, Ordering::SeqCst);
@@ -274,7 +280,7 @@ fn stop_on_ctrl_c() -> &'static AtomicBool {
 }
 
 /// Validates the sampling options and the output directory before anything runs.
-fn check_sampling(s: &Sampling, up: &osprey_upload::UploadConfig) -> Result<osprey::Config, Failure> {
+pub(crate) fn check_sampling(s: &Sampling, up: &osprey_upload::UploadConfig) -> Result<osprey::Config, Failure> {
     let period = Duration::try_from_secs_f64(s.period)
         .map_err(|_| Failure::usage(format!("--period: {} is not a duration in seconds", s.period)))?;
     let out_dir = up.out.clone().unwrap_or_else(|| PathBuf::from("profiles"));

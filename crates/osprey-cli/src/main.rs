@@ -1,10 +1,14 @@
 //! The `osprey` command: `exec`, `attach`, `report`.
 
+mod attach_native;
+mod dump;
+mod dump_python;
 mod exec;
 mod hints;
 mod report;
 mod status;
 mod supervise;
+mod target;
 mod tree;
 
 use clap::{Parser, Subcommand};
@@ -120,7 +124,8 @@ enum Cmd {
         #[arg(required = true, last = true)]
         cmd: Vec<String>,
     },
-    /// Sample a running CPython process from outside until it exits or Ctrl-C.
+    /// Sample a running process from outside until it exits, --duration or Ctrl-C
+    /// (CPython: its Python stacks; any other: native stacks with perf_event_open).
     Attach {
         #[arg(long)]
         pid: i32,
@@ -129,6 +134,19 @@ enum Cmd {
         duration: Option<f64>,
         #[command(flatten)]
         sampling: Sampling,
+    },
+    /// Print every thread's stack now: id, name, state, system call, frames.
+    /// Each thread is stopped (ptrace) for the moment its registers and
+    /// stack top are copied.
+    Dump {
+        #[arg(long)]
+        pid: i32,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// CPython: the native frames too, after the Python frames (other processes: always native).
+        #[arg(long)]
+        native: bool,
     },
     /// Top functions and a flamegraph from profile files.
     Report {
@@ -157,6 +175,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Exec { sampling, children, cmd } => exec::exec(&sampling, children, &cmd),
         Cmd::Attach { pid, duration, sampling } => exec::attach(pid, duration, &sampling),
+        Cmd::Dump { pid, json, native } => dump::run(pid, json, native),
         Cmd::Report { files, top, flamegraph, sample_index, pid, process } => {
             let filter = report::Filter { pids: pid, processes: process };
             report::run(&files, top, flamegraph.as_deref(), sample_index.as_deref(), &filter)

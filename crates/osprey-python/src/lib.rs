@@ -21,6 +21,7 @@ pub mod walk;
 
 pub use error::Error;
 pub use layout::{debug_offsets, objects as object_layout};
+pub use remote::namespace::permission_hint;
 pub use remote::{process, ptrace};
 pub use sampling::session::{attach, attach_with_sink, Options, Summary};
 pub use sampling::{native, thread_names};

@@ -1,0 +1,254 @@
+//! `osprey dump --pid PID [--json]`: every thread's stack now.
+//!
+//! Per thread: its state and system call from `/proc` (read before it is
+//! stopped, which would change them), then a stop as short as can be
+//! (`osprey_python::ptrace::Stopped`: `PTRACE_SEIZE` + `PTRACE_INTERRUPT`,
+//! signals arriving meanwhile handed back) for `PTRACE_GETREGS` and a
+//! `process_vm_readv` of at most [`STACK_COPY`] bytes above sp; the thread is
+//! detached before anything else runs (the guard's drop, on every path).
+//! The copy is unwound afterwards with the target's CFI tables
+//! (`osprey_perf::Unwinder`), and all the frames named in one pass
+//! (`osprey_pprof::symbolize`).
+//!
+//! A CPython target's threads show their Python frames
+//! ([`crate::dump_python`]), and with `--native` their native frames too.
+
+use crate::dump_python::{self, PyFrame};
+use crate::{target, Failure};
+use osprey_perf::{RawSample, UserRegs};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+/// Bytes of stack copied above sp (bounded by the stack's mapping).
+const STACK_COPY: usize = 32 << 10;
+
+/// One thread's dump.
+struct Thread {
+    tid: i32,
+    name: String,
+    state: target::ThreadState,
+    /// Leaf first; empty if the thread could not be read.
+    pcs: Vec<u64>,
+    truncated: bool,
+    /// Why there are no frames.
+    error: Option<String>,
+    /// Its fs base (`pthread_self()` with glibc), 0 if not read.
+    fs_base: u64,
+    /// CPython: its Python frames, innermost first.
+    python: Option<Vec<PyFrame>>,
+}
+
+pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
+    target::check(pid)?;
+    let cpython = osprey_python::is_cpython_process(pid);
+    let maps = osprey_pprof::maps::ProcMaps::read(pid).map_err(|e| Failure::from(format!("pid {pid}: maps: {e}")))?;
+    let mut unwinder = osprey_perf::Unwinder::new(pid as u32);
+    let started = Instant::now();
+    let mut longest = Duration::ZERO;
+    let mut stack = vec![0u8; STACK_COPY];
+    let mut threads = Vec::new();
+    for tid in target::threads(pid) {
+        let state = target::thread_state(pid, tid);
+        let name = target::thread_name(pid, tid);
+        let mut t =
+            Thread { tid, name, state, pcs: Vec::new(), truncated: true, error: None, fs_base: 0, python: None };
+        match copy_stack(tid, &maps, &mut stack) {
+            Ok((regs, fs_base, len, stopped)) => {
+                longest = longest.max(stopped);
+                t.fs_base = fs_base;
+                let raw = RawSample {
+                    pid: pid as u32,
+                    tid: tid as u32,
+                    time: osprey_perf::now_ns(),
+                    period: 0,
+                    ip: regs.ip,
+                    regs: Some(regs),
+                    stack: &stack[..len],
+                };
+                let st = unwinder.unwind(&raw);
+                t.pcs = st.pcs;
+                t.truncated = st.truncated;
+            }
+            // Gone since the listing: left out.
+            Err(e)
+                if e.raw_os_error() == Some(libc::ESRCH)
+                    && !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() =>
+            {
+                continue
+            }
+            Err(e) if threads.is_empty() && matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
+                let hint = osprey_python::permission_hint(pid);
+                return Err(Failure::from(format!("permission denied: ptrace of process {pid} refused ({e}): {hint}")));
+            }
+            Err(e) => t.error = Some(e.to_string()),
+        }
+        threads.push(t);
+    }
+    let took = started.elapsed();
+    let mut show_native = true;
+    if cpython {
+        let fs_bases: HashMap<u64, i32> =
+            threads.iter().filter(|t| t.fs_base != 0).map(|t| (t.fs_base, t.tid)).collect();
+        match dump_python::stacks(pid, &fs_bases) {
+            Ok(mut py) => {
+                threads.iter_mut().for_each(|t| t.python = py.remove(&t.tid));
+                show_native = native;
+            }
+            Err(e) => eprintln!(
+                "osprey: pid {pid} runs CPython, yet its Python frames could not be read ({e}): native frames shown"
+            ),
+        }
+    }
+    let names = name_frames(pid, &threads, unwinder.modules());
+    let process = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_string();
+    let d = Dump { pid, process: &process, threads: &threads, names: &names, native: show_native };
+    print!("{}", if json { d.json() } else { d.text() });
+    eprintln!(
+        "osprey: {} threads in {:.3} s; each stopped at most {} us",
+        threads.len(),
+        took.as_secs_f64(),
+        longest.as_micros()
+    );
+    Ok(0)
+}
+
+/// Stops `tid`, copies its registers and up to `buf.len()` bytes of stack
+/// from sp (within sp's mapping), resumes it. Returns the registers, the
+/// fs base, the bytes copied and how long the thread was held stopped.
+fn copy_stack(
+    tid: i32,
+    maps: &osprey_pprof::maps::ProcMaps,
+    buf: &mut [u8],
+) -> std::io::Result<(UserRegs, u64, usize, Duration)> {
+    let stopped = osprey_python::ptrace::Stopped::new(tid, false)?;
+    // From the stop being seen to the detach: the time the thread stood still
+    // because of us (it may have reached the stop a little earlier).
+    let t0 = Instant::now();
+    let r = stopped.regs()?;
+    let regs = UserRegs { ip: r.rip, sp: r.rsp, bp: r.rbp };
+    let end = maps.find(regs.sp).map_or(regs.sp, |i| maps.regions[i].end);
+    let len = (end.saturating_sub(regs.sp) as usize).min(buf.len());
+    let n = read_remote(tid, regs.sp, &mut buf[..len]);
+    drop(stopped);
+    Ok((regs, r.fs_base, n, t0.elapsed()))
+}
+
+/// `process_vm_readv` of `buf.len()` bytes at `addr` of `tid`'s process; bytes read.
+fn read_remote(tid: i32, addr: u64, buf: &mut [u8]) -> usize {
+    if buf.is_empty() {
+        return 0;
+    }
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: `local` covers `buf`; the remote iovec is only read by the kernel.
+    let n = unsafe { libc::process_vm_readv(tid, &local, 1, &remote, 1, 0) };
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// The function name of every frame, keyed by (pc, is a return address):
+/// one symbolization pass over all of them; `module+0xoffset` when unnamed.
+fn name_frames(pid: i32, threads: &[Thread], modules: &osprey_unwind::ModuleSet) -> HashMap<(u64, bool), String> {
+    let mut keys: Vec<(u64, bool)> =
+        threads.iter().flat_map(|t| t.pcs.iter().enumerate().map(|(i, &pc)| (pc, i > 0))).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let resolved = osprey_pprof::symbolize::symbolize(pid, &keys, false);
+    keys.into_iter()
+        .zip(resolved)
+        .map(|((pc, ret), r)| {
+            let name = r.lines.last().map(|l| l.name.clone()).unwrap_or_else(|| {
+                let at = if ret { pc.saturating_sub(1) } else { pc };
+                modules.module_for(at).map_or_else(
+                    || "[unknown]".to_string(),
+                    |m| osprey_unwind::symbols::module_offset_name(&m.path, at - m.bias),
+                )
+            });
+            ((pc, ret), name)
+        })
+        .collect()
+}
+
+fn state_text(s: &target::ThreadState) -> String {
+    match &s.syscall {
+        Some(call) => format!("{} in {call}", s.word()),
+        None => s.word().to_string(),
+    }
+}
+
+/// What is printed.
+struct Dump<'a> {
+    pid: i32,
+    process: &'a str,
+    threads: &'a [Thread],
+    names: &'a HashMap<(u64, bool), String>,
+    /// Print the native frames (always, but for a CPython target without `--native`).
+    native: bool,
+}
+
+impl Dump<'_> {
+    fn name(&self, pc: u64, i: usize) -> &str {
+        self.names.get(&(pc, i > 0)).map_or("?", String::as_str)
+    }
+
+    fn text(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(o, "pid {} ({}): {} threads", self.pid, self.process, self.threads.len());
+        for t in self.threads {
+            let _ = writeln!(o, "\nthread {} \"{}\" {}", t.tid, t.name, state_text(&t.state));
+            for f in t.python.iter().flatten() {
+                let _ = writeln!(o, "  py  {} ({}:{})", f.function, f.file, f.line);
+            }
+            if !self.native {
+                continue;
+            }
+            if let Some(e) = &t.error {
+                let _ = writeln!(o, "  (stack not read: {e})");
+                continue;
+            }
+            for (i, &pc) in t.pcs.iter().enumerate() {
+                let _ = writeln!(o, "  #{i:<3} {pc:#018x} {}", self.name(pc, i));
+            }
+            if t.truncated {
+                let _ = writeln!(o, "  {}", osprey::internals::collector::FRAME_TRUNCATED);
+            }
+        }
+        o
+    }
+
+    fn json(&self) -> String {
+        let threads: Vec<serde_json::Value> = self
+            .threads
+            .iter()
+            .map(|t| {
+                let mut v = serde_json::json!({
+                    "tid": t.tid,
+                    "name": t.name,
+                    "state": t.state.word(),
+                    "syscall": t.state.syscall,
+                    "error": t.error,
+                });
+                if self.native {
+                    let frames: Vec<serde_json::Value> = t
+                        .pcs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &pc)| serde_json::json!({ "pc": format!("{pc:#x}"), "function": self.name(pc, i) }))
+                        .collect();
+                    v["frames"] = frames.into();
+                    v["truncated"] = t.truncated.into();
+                }
+                if let Some(py) = &t.python {
+                    let py: Vec<serde_json::Value> = py
+                        .iter()
+                        .map(|f| serde_json::json!({ "function": f.function, "file": f.file, "line": f.line }))
+                        .collect();
+                    v["python"] = py.into();
+                }
+                v
+            })
+            .collect();
+        let v = serde_json::json!({ "pid": self.pid, "process": self.process, "threads": threads });
+        format!("{v}\n")
+    }
+}

@@ -1,0 +1,43 @@
+//! The Python frames of a CPython target's threads for `osprey dump`: one
+//! read of each thread state's frame chain with `osprey-python`'s walker
+//! (`process_vm_readv`, no stop; a stack that changes under the read is
+//! retried, then kept with a `[truncated]` frame).
+
+use osprey_pprof::Frame;
+use std::collections::HashMap;
+
+/// One Python frame: function, file, line.
+#[derive(Clone, Debug)]
+pub struct PyFrame {
+    pub function: String,
+    pub file: String,
+    pub line: i64,
+}
+
+/// The Python stacks of `pid`'s threads, innermost frame first, by kernel
+/// thread id. `fs_bases`: each thread's fs base (its `pthread_self`), which
+/// names the thread states of Pythons before 3.11 (no native id in them).
+pub fn stacks(pid: i32, fs_bases: &HashMap<u64, i32>) -> Result<HashMap<i32, Vec<PyFrame>>, String> {
+    let t = osprey_python::open_target(pid).map_err(|e| e.to_string())?;
+    let tstates = osprey_python::threads::list_tstates(&t).map_err(|e| format!("thread states: {e}"))?;
+    let mut walks = osprey_python::stack::Walks::default();
+    let mut retries = 0;
+    let mut out = HashMap::new();
+    for ts in tstates {
+        let Some(tid) = ts.native_tid.or_else(|| fs_bases.get(&ts.thread_id).copied()) else { continue };
+        let Ok(stack) = osprey_python::stack::read_stack(&t, &mut walks, ts.addr, &mut retries, false) else {
+            continue;
+        };
+        let frames = stack
+            .frames
+            .into_iter()
+            .map(|f| match f {
+                Frame::Function { name, file, line } => PyFrame { function: name, file, line },
+                Frame::Synthetic(name) => PyFrame { function: name, file: String::new(), line: 0 },
+                Frame::Native { addr, .. } => PyFrame { function: format!("{addr:#x}"), file: String::new(), line: 0 },
+            })
+            .collect();
+        out.insert(tid, frames);
+    }
+    Ok(out)
+}

@@ -1,0 +1,141 @@
+//! `osprey dump --pid`: every thread's state, system call and native stack,
+//! the target left running as it was.
+//!
+//! Needs the osprey binary built (`cargo build -p osprey-cli`), a C compiler
+//! and ptrace allowed on one's own processes.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn osprey() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
+}
+
+/// `tests/c/dump_blocked.c` built with `-O2 -fomit-frame-pointer`.
+fn blocked_c() -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let dir = std::env::temp_dir().join(format!("osprey-dump-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/dump_blocked.c");
+    let bin = dir.join("dump_blocked");
+    let st = Command::new("cc")
+        .args(["-O2", "-fomit-frame-pointer", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(src)
+        .status()
+        .expect("cc (install gcc)");
+    assert!(st.success(), "compiling dump_blocked.c");
+    bin
+}
+
+/// Starts the program with `threads` sleeping threads; returns once they run.
+fn start(bin: &Path, threads: usize) -> Child {
+    let mut c =
+        Command::new(bin).arg(threads.to_string()).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    // Time for main to enter read() and the threads their waits.
+    std::thread::sleep(Duration::from_millis(200));
+    c
+}
+
+fn dump(pid: u32, json: bool) -> String {
+    let mut cmd = Command::new(osprey());
+    cmd.args(["dump", "--pid", &pid.to_string()]);
+    if json {
+        cmd.arg("--json");
+    }
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{:?}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Closing stdin ends the read: the program exits 0 if nothing was disturbed.
+fn finish(mut c: Child) {
+    drop(c.stdin.take());
+    let status = c.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "the target did not end as it would have");
+}
+
+#[test]
+fn blocked_threads_show_their_state_call_and_frames() {
+    let bin = blocked_c();
+    let c = start(&bin, 0);
+    let pid = c.id();
+    let v: serde_json::Value = serde_json::from_str(&dump(pid, true)).unwrap();
+    let threads = v["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 2, "{v}");
+    let frames = |t: &serde_json::Value| -> Vec<String> {
+        t["frames"].as_array().unwrap().iter().map(|f| f["function"].as_str().unwrap_or("").to_string()).collect()
+    };
+    let main = threads.iter().find(|t| t["tid"] == pid).unwrap();
+    assert_eq!(main["state"], "sleeping", "{main}");
+    assert_eq!(main["syscall"], "read", "{main}");
+    let f = frames(main);
+    assert!(f.iter().any(|n| n == "reads_stdin") && f.iter().any(|n| n == "main"), "{f:?}");
+    let waiter = threads.iter().find(|t| t["tid"] != pid).unwrap();
+    assert_eq!(waiter["state"], "sleeping", "{waiter}");
+    assert_eq!(waiter["syscall"], "futex", "{waiter}");
+    let f = frames(waiter);
+    assert!(f.iter().any(|n| n == "waits_on_cond") && f.iter().any(|n| n == "start_thread"), "{f:?}");
+
+    let text = dump(pid, false);
+    assert!(text.contains("sleeping in read") && text.contains("sleeping in futex"), "{text}");
+    assert!(text.contains(" main\n"), "{text}");
+    finish(c);
+    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
+}
+
+#[test]
+fn a_thousand_threads_are_dumped() {
+    let bin = blocked_c();
+    let c = start(&bin, 1000);
+    let t0 = Instant::now();
+    let v: serde_json::Value = serde_json::from_str(&dump(c.id(), true)).unwrap();
+    eprintln!("dump of 1002 threads: {:.3} s", t0.elapsed().as_secs_f64());
+    let threads = v["threads"].as_array().unwrap();
+    // main, the condition waiter and the 1000 sleepers.
+    assert_eq!(threads.len(), 1002);
+    let rooted = threads
+        .iter()
+        .filter(|t| {
+            t["frames"].as_array().unwrap().iter().any(|f| f["function"] == "start_thread" || f["function"] == "main")
+        })
+        .count();
+    assert_eq!(rooted, 1002, "every stack reaches main or start_thread");
+    finish(c);
+    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
+}
+
+/// A CPython process shows its Python frames (skipped without `python3`).
+#[test]
+fn cpython_threads_show_python_frames() {
+    let script = "import sys, threading\n\
+                  def waits_on_event(ev):\n    ev.wait()\n\
+                  def reads_stdin():\n    return sys.stdin.read(1)\n\
+                  threading.Thread(target=waits_on_event, args=(threading.Event(),), daemon=True).start()\n\
+                  print('ready', flush=True)\n\
+                  reads_stdin()\n";
+    let Ok(mut c) = Command::new("python3").args(["-c", script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()
+    else {
+        eprintln!("skipping: no python3");
+        return;
+    };
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    std::thread::sleep(Duration::from_millis(200));
+    let v: serde_json::Value = serde_json::from_str(&dump(c.id(), true)).unwrap();
+    let py = |t: &serde_json::Value| -> Vec<String> {
+        t["python"].as_array().into_iter().flatten().map(|f| f["function"].as_str().unwrap().to_string()).collect()
+    };
+    let threads = v["threads"].as_array().unwrap();
+    let main = threads.iter().find(|t| t["tid"] == c.id()).unwrap();
+    assert_eq!(main["syscall"], "read", "{main}");
+    assert_eq!(py(main), ["reads_stdin", "<module>"], "{main}");
+    assert!(threads.iter().any(|t| py(t).contains(&"waits_on_event".to_string())), "{v}");
+    finish(c);
+}
