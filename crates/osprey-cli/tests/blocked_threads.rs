@@ -37,9 +37,22 @@ struct Run {
 /// `osprey exec --hz HZ --out DIR -- PROGRAM ARGS`; waits with `wait4` to
 /// read the program's own CPU time.
 fn run(hz: u32, dir: &Path, program: &Path, args: &[&str]) -> Run {
+    run_under(None, hz, dir, program, args)
+}
+
+/// [`run`], with `osprey` started by `wrapper` (`wrapper osprey exec ...`).
+fn run_under(wrapper: Option<&Path>, hz: u32, dir: &Path, program: &Path, args: &[&str]) -> Run {
     let out = dir.join("profiles");
     let se = dir.join("stderr");
-    let child = Command::new(osprey())
+    let mut cmd = match wrapper {
+        Some(w) => {
+            let mut c = Command::new(w);
+            c.arg(osprey());
+            c
+        }
+        None => Command::new(osprey()),
+    };
+    let child = cmd
         .args(["exec", "--hz", &hz.to_string(), "--out"])
         .arg(&out)
         .arg("--")
@@ -204,13 +217,14 @@ const WORKER_C: &str = r#"
 #include <signal.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 static volatile unsigned long sink;
 static double cpu(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec / 1e9; }
 __attribute__((noinline)) static void spin(long n) { for (long i = 0; i < n; i++) sink += i; }
 __attribute__((noinline)) void fifty(void) { spin(50000); __asm__ volatile(""); }
 __attribute__((noinline)) void thirty(void) { spin(30000); __asm__ volatile(""); }
 __attribute__((noinline)) void twenty(void) { spin(20000); __asm__ volatile(""); }
-static double seconds;
+static double seconds, idle;
 __attribute__((noinline)) void *blocking_worker(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "blockworker");
@@ -219,16 +233,77 @@ __attribute__((noinline)) void *blocking_worker(void *arg) {
     pthread_sigmask(SIG_SETMASK, &all, 0);
     double end = cpu() + seconds;
     while (cpu() < end) { fifty(); thirty(); twenty(); }
+    if (idle > 0) usleep(idle * 1e6);
     return 0; /* exits blocked, as liblzma's workers do */
 }
 int main(int argc, char **argv) {
     seconds = argc > 1 ? atof(argv[1]) : 3;
+    idle = argc > 2 ? atof(argv[2]) : 0;
     pthread_t t;
     if (pthread_create(&t, 0, blocking_worker, 0)) return 1;
     pthread_join(t, 0);
     return 0;
 }
 "#;
+
+/// Compiles C `source` into `dir/name`.
+fn compile(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let (src, exe) = (dir.join(format!("{name}.c")), dir.join(name));
+    std::fs::write(&src, source).unwrap();
+    let st = Command::new("cc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("cc (install gcc)");
+    assert!(st.success(), "compiling {name}.c");
+    exe
+}
+
+/// Runs its arguments as a command with `perf_event_open` failing with
+/// `EACCES` (a seccomp filter, as container runtimes install).
+const NO_PERF_C: &str = r#"
+#include <errno.h>
+#include <stddef.h>
+#include <unistd.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+int main(int argc, char **argv) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_perf_event_open, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EACCES),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = { sizeof f / sizeof f[0], f };
+    if (argc < 2 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) return 99;
+    execvp(argv[1], argv + 1);
+    return 98;
+}
+"#;
+
+/// Where `perf_event_open` is refused, a blocked thread's CPU stays under
+/// `[signals blocked]`, the profile's total is still the process's, and
+/// the line about the thread says why and which setting allows it.
+#[test]
+fn refused_events_leave_the_cpu_under_signals_blocked() {
+    let dir = tempdir("refused");
+    let exe = compile(&dir, "worker", WORKER_C);
+    let wrapper = compile(&dir, "no_perf", NO_PERF_C);
+    // Idle a while after the loop: without an event, the CPU a blocked thread
+    // uses after the last clock check (once a second) and before it exits is
+    // not seen.
+    let r = run_under(Some(&wrapper), 100, &dir, &exe, &["2", "1.5"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let flat = flatten(&r.profiles);
+    let total = check_total(&r, &flat);
+    assert!(refused(&r), "{}", r.stderr);
+    check_refused(&r, &flat, total);
+    let said = r.stderr.lines().filter(|l| l.contains("blocks the sampling signal")).count();
+    assert_eq!(said, 1, "said once per thread: {}", r.stderr);
+}
 
 /// A worker that blocks every signal around a hot loop of three functions
 /// doing 50%, 30% and 20% of the work: found blocked by the clock check,
@@ -239,15 +314,7 @@ int main(int argc, char **argv) {
 #[test]
 fn a_worker_blocking_signals_keeps_its_split() {
     let dir = tempdir("split");
-    let (src, exe) = (dir.join("worker.c"), dir.join("worker"));
-    std::fs::write(&src, WORKER_C).unwrap();
-    let st = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("cc (install gcc)");
-    assert!(st.success(), "compiling worker.c");
+    let exe = compile(&dir, "worker", WORKER_C);
     let r = run(250, &dir, &exe, &["6"]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let flat = flatten(&r.profiles);

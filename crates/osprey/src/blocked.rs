@@ -85,7 +85,7 @@ pub struct PerfSampled {
 impl PerfSampled {
     /// Whether an event should be tried for blocked thread `tid`.
     pub fn wants(&self, tid: i32) -> bool {
-        self.refused.is_none() && !self.tried.contains(&tid) && !self.threads.contains_key(&tid)
+        !self.tried.contains(&tid) && !self.threads.contains_key(&tid)
     }
 
     /// Opens the event of blocked thread `tid`, and says once how the
@@ -95,6 +95,14 @@ impl PerfSampled {
         let period = STATE.period_ns.load(Relaxed).max(1);
         let hz = u32::try_from(1_000_000_000 / period).unwrap_or(u32::MAX).clamp(1, 100_000);
         let name = thread_name(tid);
+        if self.refused.is_some() {
+            // The reason was given with the first thread refused.
+            crate::say!(
+                "osprey: thread {tid} '{name}' blocks the sampling signal; its CPU time is reported under \
+                 [signals blocked] (perf_event_open refused, see above)"
+            );
+            return;
+        }
         let Some(cpu) = thread_cpu_ns(tid) else { return };
         match ThreadSampler::open(tid as u32, hz, STACK_BYTES) {
             Ok(sampler) => {
