@@ -37,11 +37,12 @@ struct Run {
 /// `osprey exec --hz HZ --out DIR -- PROGRAM ARGS`; waits with `wait4` to
 /// read the program's own CPU time.
 fn run(hz: u32, dir: &Path, program: &Path, args: &[&str]) -> Run {
-    run_under(None, hz, dir, program, args)
+    run_under(None, &[], hz, dir, program, args)
 }
 
-/// [`run`], with `osprey` started by `wrapper` (`wrapper osprey exec ...`).
-fn run_under(wrapper: Option<&Path>, hz: u32, dir: &Path, program: &Path, args: &[&str]) -> Run {
+/// [`run`], with `osprey` started by `wrapper` (`wrapper osprey exec ...`)
+/// and `options` given to `osprey exec`.
+fn run_under(wrapper: Option<&Path>, options: &[&str], hz: u32, dir: &Path, program: &Path, args: &[&str]) -> Run {
     let out = dir.join("profiles");
     let se = dir.join("stderr");
     let mut cmd = match wrapper {
@@ -55,6 +56,7 @@ fn run_under(wrapper: Option<&Path>, hz: u32, dir: &Path, program: &Path, args: 
     let child = cmd
         .args(["exec", "--hz", &hz.to_string(), "--out"])
         .arg(&out)
+        .args(options)
         .arg("--")
         .arg(program)
         .args(args)
@@ -93,6 +95,9 @@ struct Flat {
     tid: i64,
     thread: String,
     cpu_ns: i64,
+    /// Wall nanoseconds (0 without `--wall`) and the `state` label.
+    wall_ns: i64,
+    state: String,
     functions: Vec<String>,
 }
 
@@ -100,6 +105,7 @@ fn flatten(profiles: &[Profile]) -> Vec<Flat> {
     let mut out = vec![];
     for p in profiles {
         let cpu = p.sample_type.iter().position(|t| p.string(t.r#type) == "cpu").expect("cpu sample type");
+        let wall = p.sample_type.iter().position(|t| p.string(t.r#type) == "wall");
         let names: HashMap<u64, Vec<String>> = p
             .location
             .iter()
@@ -114,6 +120,8 @@ fn flatten(profiles: &[Profile]) -> Vec<Flat> {
                 tid: label("thread id").map_or(0, |l| l.num),
                 thread: label("thread name").map_or(String::new(), |l| p.string(l.str).to_string()),
                 cpu_ns: s.value[cpu],
+                wall_ns: wall.map_or(0, |w| s.value[w]),
+                state: label("state").map_or(String::new(), |l| p.string(l.str).to_string()),
                 functions: s.location_id.iter().flat_map(|id| names.get(id).cloned().unwrap_or_default()).collect(),
             });
         }
@@ -295,7 +303,7 @@ fn refused_events_leave_the_cpu_under_signals_blocked() {
     // Idle a while after the loop: without an event, the CPU a blocked thread
     // uses after the last clock check (once a second) and before it exits is
     // not seen.
-    let r = run_under(Some(&wrapper), 100, &dir, &exe, &["2", "1.5"]);
+    let r = run_under(Some(&wrapper), &[], 100, &dir, &exe, &["2", "1.5"]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let flat = flatten(&r.profiles);
     let total = check_total(&r, &flat);
@@ -344,4 +352,26 @@ fn a_worker_blocking_signals_keeps_its_split() {
     assert!(stacked > total / 3, "worker's stacked CPU {stacked} of {total} ns");
     assert!((a - 50.0).abs() <= 5.0 && (b - 30.0).abs() <= 5.0 && (c - 20.0).abs() <= 5.0, "{a} {b} {c}");
     assert!(share(rooted) >= 95.0, "stacks reaching the start routine: {:.1}%", share(rooted));
+}
+
+/// With `--wall`, the running time of a thread sampled through its event
+/// comes with the event's samples: a stack, state `running`, not a bare
+/// `[truncated]` frame.
+#[test]
+fn wall_time_of_a_blocking_worker_has_stacks() {
+    let dir = tempdir("wall");
+    let exe = compile(&dir, "worker", WORKER_C);
+    let r = run_under(None, &["--wall"], 100, &dir, &exe, &["3"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    if refused(&r) {
+        return;
+    }
+    let flat = flatten(&r.profiles);
+    let worker: Vec<&Flat> = flat.iter().filter(|f| f.thread == "blockworker" && f.wall_ns > 0).collect();
+    let wall: i64 = worker.iter().map(|f| f.wall_ns).sum();
+    let stacked: i64 =
+        worker.iter().filter(|f| f.state == "running" && has(f, |n| n == "blocking_worker")).map(|f| f.wall_ns).sum();
+    eprintln!("worker wall {} ms, running with a stack {} ms", wall / 1_000_000, stacked / 1_000_000);
+    assert!(wall > 1_000_000_000, "worker wall {wall} ns");
+    assert!(stacked * 100 >= wall * 80, "running with a stack: {stacked} of {wall} ns");
 }

@@ -29,6 +29,11 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 /// User stack copied per sample: the frames the CFI walk can follow.
 const STACK_BYTES: u32 = 16 << 10;
 
+/// `Record::blocked` of a thread sampled through its event (any non-zero
+/// value means the thread blocks the signal): the wall sampler leaves its
+/// running time to the event's next sample, as it does to a clock's.
+pub const SAMPLED_BY_EVENT: u32 = 2;
+
 /// Bytes of a sample record besides the stack copy (header, registers, sizes).
 const RECORD_OVERHEAD: u64 = 128;
 
@@ -89,8 +94,8 @@ impl PerfSampled {
     }
 
     /// Opens the event of blocked thread `tid`, and says once how the
-    /// thread is sampled (or why it cannot be).
-    pub fn open(&mut self, tid: i32) {
+    /// thread is sampled (or why it cannot be). Returns whether it opened.
+    pub fn open(&mut self, tid: i32) -> bool {
         self.tried.insert(tid);
         let period = STATE.period_ns.load(Relaxed).max(1);
         let hz = u32::try_from(1_000_000_000 / period).unwrap_or(u32::MAX).clamp(1, 100_000);
@@ -101,9 +106,9 @@ impl PerfSampled {
                 "osprey: thread {tid} '{name}' blocks the sampling signal; its CPU time is reported under \
                  [signals blocked] (perf_event_open refused, see above)"
             );
-            return;
+            return false;
         }
-        let Some(cpu) = thread_cpu_ns(tid) else { return };
+        let Some(cpu) = thread_cpu_ns(tid) else { return false };
         match ThreadSampler::open(tid as u32, hz, STACK_BYTES) {
             Ok(sampler) => {
                 self.threads
@@ -111,8 +116,9 @@ impl PerfSampled {
                 crate::say!(
                     "osprey: thread {tid} '{name}' blocks the sampling signal; sampled with perf_event_open instead"
                 );
+                true
             }
-            Err(Error::NoSuchThread { .. }) => {}
+            Err(Error::NoSuchThread { .. }) => false,
             Err(e) => {
                 if matches!(e, Error::Permission { .. } | Error::Unsupported { .. }) {
                     self.refused = Some(e.to_string());
@@ -121,6 +127,7 @@ impl PerfSampled {
                     "osprey: thread {tid} '{name}' blocks the sampling signal; its CPU time is reported under \
                      [signals blocked]: {e}"
                 );
+                false
             }
         }
     }

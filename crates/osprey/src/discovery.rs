@@ -26,7 +26,7 @@
 //!   listing at least every 10 s); while a listed thread could still be
 //!   registered, only once backed off to the full second.
 
-use crate::blocked::{Coverage, PerfSampled};
+use crate::blocked::{Coverage, PerfSampled, SAMPLED_BY_EVENT};
 use crate::cpu_clock::{self, thread_cpu_ns, Armed};
 use crate::record::{Origin, Record, RecordState};
 use crate::registry::Registry;
@@ -187,8 +187,8 @@ impl Discovery {
                 None => {}
                 Some((_, rec)) => {
                     waiting |= complete_setup(rec, &mut maps);
-                    if rec.blocked.load(Relaxed) != 0 && self.perf.wants(tid) {
-                        self.perf.open(tid);
+                    if rec.blocked.load(Relaxed) != 0 && self.perf.wants(tid) && self.perf.open(tid) {
+                        let _ = rec.blocked.compare_exchange(1, SAMPLED_BY_EVENT, Relaxed, Relaxed);
                     }
                 }
             }
@@ -352,8 +352,10 @@ impl Discovery {
         // Sampled from now on: the next check charges the CPU from this
         // check to the event's opening ([`Coverage::Opened`]).
         for tid in newly_blocked {
-            if self.perf.wants(tid) {
-                self.perf.open(tid);
+            if self.perf.wants(tid) && self.perf.open(tid) {
+                if let Some((_, rec)) = reg.lookup(tid) {
+                    let _ = rec.blocked.compare_exchange(1, SAMPLED_BY_EVENT, Relaxed, Relaxed);
+                }
             }
         }
         self.checked = checked;
