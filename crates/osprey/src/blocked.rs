@@ -96,8 +96,11 @@ impl PerfSampled {
     /// Opens the event of blocked thread `tid`, and says once how the
     /// thread is sampled (or why it cannot be). Returns whether it opened.
     pub fn open(&mut self, tid: i32) -> bool {
+        let period = STATE.period_ns.load(Relaxed);
+        if period == 0 {
+            return false; // sampling not set up: tried again at the next pass
+        }
         self.tried.insert(tid);
-        let period = STATE.period_ns.load(Relaxed).max(1);
         let hz = u32::try_from(1_000_000_000 / period).unwrap_or(u32::MAX).clamp(1, 100_000);
         let name = thread_name(tid);
         if self.refused.is_some() {
