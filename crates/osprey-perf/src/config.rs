@@ -53,6 +53,12 @@ impl Config {
         1_000_000_000 / u64::from(self.hz.max(1))
     }
 
+    /// The ring's data pages: `ring_pages`, else the default for `hz` and
+    /// `stack_bytes` (see [`Config::ring_pages`]); 8 for an invalid configuration.
+    pub fn ring_pages_or_default(&self) -> usize {
+        self.validated().ok().and_then(|c| c.ring_pages).unwrap_or(8)
+    }
+
     /// Checks the values and fills the defaults.
     pub(crate) fn validated(&self) -> Result<Config> {
         if self.hz == 0 || self.hz > 100_000 {

@@ -77,8 +77,7 @@ impl Unwinder {
             Stack { tid: sample.tid, time: sample.time, period: sample.period, pcs: Vec::new(), truncated: true };
         let Some(r) = sample.regs else { return stack };
         let regs = Regs { pc: r.ip, sp: r.sp, fp: r.bp };
-        let copy = CopiedStack { base: r.sp, bytes: sample.stack };
-        let read = |a: u64| below_sp(r, a).or_else(|| copy.read(a));
+        let read = |a: u64| sample.read_stack(a);
         let mut walk = unwind(self.modules.set(), regs, read, &mut self.frames);
         if walk.truncated && self.unknown_at(walk.len) && self.may_rescan_for_unknown(sample.time) && self.rescan() {
             walk = unwind(self.modules.set(), regs, read, &mut self.frames);
@@ -108,6 +107,16 @@ impl Unwinder {
 impl std::fmt::Debug for Unwinder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Unwinder").field("modules", &self.modules.set().modules().len()).finish()
+    }
+}
+
+impl RawSample<'_> {
+    /// The 8 bytes of the sampled thread's stack at `addr`, as an unwinder
+    /// reads them: from the copy, or (a leaf's epilogue) from just below
+    /// `sp`; `None` outside both or without user registers.
+    pub fn read_stack(&self, addr: u64) -> Option<u64> {
+        let r = self.regs?;
+        below_sp(r, addr).or_else(|| CopiedStack { base: r.sp, bytes: self.stack }.read(addr))
     }
 }
 

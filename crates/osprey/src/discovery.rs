@@ -11,10 +11,13 @@
 //!   [`MAX_PRIMES`] times in all, and never while a priming signal is
 //!   still pending for it.
 //! - A thread that blocks the sampling signal (liblzma's workers, any thread
-//!   that masks everything) gets no clock: its CPU time, read from its CPU
-//!   clock, is reported under a `[signals blocked]` frame, and one line on
-//!   stderr says so. Pending signals caused by osprey are thereby bounded by
-//!   the thread count (a POSIX timer keeps at most one pending).
+//!   that masks everything) gets no clock: it is sampled through a
+//!   `perf_event_open` event instead (`crate::blocked`), opened at the first
+//!   pass that finds it blocked and closed when it unblocks or exits. Where
+//!   the kernel refuses that event, its CPU time, read from its CPU clock,
+//!   is reported under a `[signals blocked]` frame. One line on stderr says
+//!   which. Pending signals caused by osprey are thereby bounded by the
+//!   thread count (a POSIX timer keeps at most one pending).
 //! - The scan backs off while nothing changes (up to one second), so its
 //!   cost does not grow with idle threads; the interval comes back down at
 //!   the first change. Threads the start hook registered are no change.
@@ -23,6 +26,7 @@
 //!   listing at least every 10 s); while a listed thread could still be
 //!   registered, only once backed off to the full second.
 
+use crate::blocked::{Coverage, PerfSampled, SAMPLED_BY_EVENT};
 use crate::cpu_clock::{self, thread_cpu_ns, Armed};
 use crate::record::{Origin, Record, RecordState};
 use crate::registry::Registry;
@@ -31,7 +35,7 @@ use crate::threads::{
     internal_tids, is_internal, list_threads, signal_blocked, signal_pending, stack_bounds_of, thread_count,
     thread_running,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 
@@ -92,8 +96,8 @@ pub struct Discovery {
     unregistered: HashMap<i32, u64>,
     /// Accounted since the last `take_unsampled`.
     unsampled: HashMap<Unsampled, u64>,
-    /// Tids already reported on stderr as blocking the signal.
-    said_blocked: HashSet<i32>,
+    /// The events of threads that block the signal.
+    perf: PerfSampled,
     last_check_ns: u64,
     /// Whether a check has run: threads seen after it count from their start.
     checked_once: bool,
@@ -181,9 +185,18 @@ impl Discovery {
                     // an unregistered thread used CPU.
                 }
                 None => {}
-                Some((_, rec)) => waiting |= complete_setup(rec, &mut maps),
+                Some((_, rec)) => {
+                    waiting |= complete_setup(rec, &mut maps);
+                    if rec.blocked.load(Relaxed) != 0 && self.perf.wants(tid) && self.perf.open(tid) {
+                        let _ = rec.blocked.compare_exchange(1, SAMPLED_BY_EVENT, Relaxed, Relaxed);
+                    }
+                }
             }
         }
+        // Gone for sure (the listing may skip a live thread): no record, or no such thread.
+        self.perf.forget_gone(|t| {
+            tids.binary_search(&t).is_ok() || (reg.lookup(t).is_some() && sys::tgkill(pid, t, 0) == 0)
+        });
         self.primed.retain(|t, _| tids.binary_search(t).is_ok());
         self.blocked_seen.retain(|t, _| tids.binary_search(t).is_ok());
         waiting |= std::mem::take(&mut self.unregistered_busy);
@@ -234,6 +247,11 @@ impl Discovery {
         }
     }
 
+    /// The events of threads that block the sampling signal, to drain.
+    pub fn perf(&mut self) -> &mut PerfSampled {
+        &mut self.perf
+    }
+
     /// CPU time accounted for threads osprey could not sample, since the
     /// last call.
     pub fn take_unsampled(&mut self) -> HashMap<Unsampled, u64> {
@@ -262,6 +280,7 @@ impl Discovery {
         let signal = STATE.sample_signal.load(Relaxed);
         let mut checked = HashMap::new();
         let mut unregistered = HashMap::new();
+        let mut newly_blocked = vec![];
         for &tid in tids {
             if is_internal(tid) {
                 continue;
@@ -280,24 +299,46 @@ impl Discovery {
             };
             let samples = rec.samples.load(Relaxed);
             let blocked = rec.blocked.load(Relaxed) != 0;
+            let uncharged = cpu.saturating_sub(rec.charged_ns.load(Relaxed));
             // A thread that blocked the signal from its start (found so at
             // registration) and appeared after the first check was never
             // sampled: all its CPU is accounted.
             let first = if blocked && self.checked_once { 0 } else { cpu };
             let (cpu0, samples0) = self.checked.get(&tid).copied().unwrap_or((first, samples));
             if blocked {
-                *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += cpu.saturating_sub(cpu0);
+                // Up to the moment its event opened, if one did (then the event charges it).
+                let upto = match self.perf.coverage(tid) {
+                    Coverage::Signals => Some(cpu),
+                    Coverage::Opened(at) => Some(at.min(cpu)),
+                    Coverage::Sampled => None,
+                };
+                if let Some(upto) = upto {
+                    *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += upto.saturating_sub(cpu0);
+                }
                 // Unblocked for sure: an exiting thread's status may be unreadable.
                 if signal_blocked(tid, signal) == Some(false) {
+                    self.perf.close(tid);
                     rec.blocked.store(0, Relaxed);
                     let _ = cpu_clock::arm(rec);
                 }
-            } else if cpu.saturating_sub(cpu0) >= 3 * period && samples == samples0 {
+            } else if stalled(
+                cpu.saturating_sub(cpu0),
+                samples == samples0,
+                uncharged,
+                self.checked.contains_key(&tid),
+                period,
+            ) {
                 if signal_blocked(tid, signal) == Some(true) {
                     cpu_clock::disarm(rec);
                     rec.blocked.store(1, Relaxed);
-                    *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += cpu.saturating_sub(cpu0);
-                } else if matches!(Armed::decode(rec.clock.load(Relaxed)), Some(Armed::Perf { .. })) {
+                    // All it used since its last sample (or its registration), which
+                    // the first check of a thread that blocked early has no baseline for.
+                    *self.unsampled.entry(Unsampled::Blocked(tid)).or_default() += uncharged;
+                    rec.charged_ns.fetch_add(uncharged, Relaxed);
+                    newly_blocked.push(tid);
+                } else if self.checked.contains_key(&tid)
+                    && matches!(Armed::decode(rec.clock.load(Relaxed)), Some(Armed::Perf { .. }))
+                {
                     // A clock that stopped working: its descriptor was closed by the program.
                     // (A timer cannot be taken away; one checked at the tick may
                     // lag, and catches up with its overrun count.) The CPU it
@@ -306,19 +347,33 @@ impl Discovery {
                     let _ = cpu_clock::revive(rec);
                 }
             }
-            if rec.blocked.load(Relaxed) != 0 && self.said_blocked.insert(tid) {
-                crate::say!(
-                    "osprey: thread {tid} '{}' blocks the sampling signal; its CPU time is reported under [signals blocked]",
-                    crate::threads::thread_name(tid)
-                );
-            }
             checked.insert(tid, (cpu, samples));
+        }
+        // Sampled from now on: the next check charges the CPU from this
+        // check to the event's opening ([`Coverage::Opened`]).
+        for tid in newly_blocked {
+            if self.perf.wants(tid) && self.perf.open(tid) {
+                if let Some((_, rec)) = reg.lookup(tid) {
+                    let _ = rec.blocked.compare_exchange(1, SAMPLED_BY_EVENT, Relaxed, Relaxed);
+                }
+            }
         }
         self.checked = checked;
         self.unregistered = unregistered;
         self.checked_once = true;
         self.uncharged_at_check = uncharged_ns().map(|u| (u, sys::monotonic_ns()));
-        self.said_blocked.retain(|t| tids.binary_search(t).is_ok());
+    }
+}
+
+/// Whether a thread with a clock looks like it stopped being sampled: its
+/// clock advanced by `advanced` since the last check, with no sample (`none`),
+/// or, at its first check, `uncharged` since its last sample is over three
+/// periods (a thread that blocked the signal right after it started).
+fn stalled(advanced: u64, none: bool, uncharged: u64, seen: bool, period: u64) -> bool {
+    if seen {
+        advanced >= 3 * period && none
+    } else {
+        uncharged >= 3 * period
     }
 }
 

@@ -40,6 +40,7 @@
 //! | `config`, `error`, `mmap` | settings, the error type, mappings | no |
 
 pub mod alloc;
+mod blocked;
 mod collector;
 mod config;
 pub mod context;

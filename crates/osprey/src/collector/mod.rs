@@ -15,7 +15,7 @@ pub use aggregate::{
 pub(crate) use own::{forget_inherited as forget_inherited_own, setup as own_setup};
 
 use crate::config::Config;
-use crate::discovery::Discovery;
+use crate::discovery::{Discovery, Unsampled};
 use crate::dispositions::Installed;
 use crate::record::{SampleKind, RING_CAPACITY};
 use crate::registry::Registry;
@@ -132,7 +132,9 @@ fn run(agent: &'static Agent) {
         }
         if now >= next_drain {
             aggregator.drain(reg);
-            next_drain = now + drain_interval;
+            drain_perf(&mut discovery, &mut aggregator, reg);
+            let perf_every = discovery.perf().drain_every().unwrap_or(drain_interval);
+            next_drain = now + drain_interval.min(perf_every);
         }
         if now >= next_takeover_check {
             takeover::check_dispositions();
@@ -146,6 +148,7 @@ fn run(agent: &'static Agent) {
             break;
         }
         if flush_now || now >= next_flush {
+            drain_perf(&mut discovery, &mut aggregator, reg);
             aggregator.add_unsampled(discovery.take_unsampled());
             let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref(), &mut own, &mut report);
             // A process may end with `_exit` right after this flush: the report is current.
@@ -171,6 +174,8 @@ fn run(agent: &'static Agent) {
     }
     // Final flush: sampling is already off and no handler is in flight (see `profiler::stop`).
     discovery.check_now(reg);
+    discovery.perf().close_all();
+    drain_perf(&mut discovery, &mut aggregator, reg);
     aggregator.add_unsampled(discovery.take_unsampled());
     let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref(), &mut own, &mut report);
     if let Some(t) = tables {
@@ -180,6 +185,32 @@ fn run(agent: &'static Agent) {
     // Bounded: at most the configured exit wait, whatever the backends do.
     let uploads = delivery.as_mut().map(|d| d.finish());
     leave_report(agent, &mut report, uploads);
+}
+
+/// Adds the samples of the threads that block the sampling signal
+/// (`crate::blocked`): CPU, and the running wall time pending for them.
+fn drain_perf(discovery: &mut Discovery, aggregator: &mut Aggregator, reg: &Registry) {
+    let unstacked = discovery.perf().drain(reg, &mut |t| {
+        let c = &t.context;
+        let (span, root, tags) = (c.span_id, c.local_root_span_id, c.tags);
+        aggregator.add_stack(t.tid, t.frames, t.truncated, SampleKind::Cpu, t.cpu_ns, t.count, 0, span, root, tags);
+        if t.wall_ns > 0 {
+            let running = crate::wall::thread_state::RUNNING;
+            aggregator.add_stack(
+                t.tid,
+                t.frames,
+                t.truncated,
+                SampleKind::Wall,
+                t.wall_ns,
+                1,
+                running,
+                span,
+                root,
+                tags,
+            );
+        }
+    });
+    aggregator.add_unsampled(unstacked.into_iter().map(|(tid, ns)| (Unsampled::Blocked(tid), ns)).collect());
 }
 
 /// Leaves `report` (with the backends' counters) where `osprey exec` reads

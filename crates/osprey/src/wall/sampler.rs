@@ -247,13 +247,16 @@ impl Sampler {
     }
 }
 
-/// Leaves `weight` to the CPU clock of a running thread, which records it
+/// Leaves `weight` to the CPU clock of a running thread (or to the perf
+/// event of one that blocks the signal, `crate::blocked`), which records it
 /// with its next sample; returns the nanoseconds the caller must account
-/// itself: `weight` when the thread has no clock, everything pending when
+/// itself: `weight` when the thread has neither, everything pending when
 /// the clock stayed silent for [`MAX_PENDING_NS`], else 0.
 fn leave_to_clock(rec: Option<&Record>, weight: u64) -> u64 {
     let Some(rec) = rec else { return weight };
-    if rec.clock.load(Relaxed) == 0 || rec.blocked.load(Relaxed) != 0 {
+    let blocked = rec.blocked.load(Relaxed);
+    let event = blocked == crate::blocked::SAMPLED_BY_EVENT;
+    if !event && (rec.clock.load(Relaxed) == 0 || blocked != 0) {
         return weight;
     }
     let before = rec.wall_pending_ns.fetch_add(weight, Relaxed);
