@@ -3,9 +3,11 @@
 //! clock, and the lock that keeps measuring tests apart.
 
 use osprey_pprof::pprof::Profile;
+use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Serializes the tests of one test binary that measure CPU shares or
@@ -67,21 +69,35 @@ pub fn run_measured(cmd: &mut Command, dir: &Path, out: &Path) -> Run {
 
 /// Waits for `child` (started with piped output) and returns its output;
 /// kills it and fails the test, showing `what` and its standard error, if
-/// it still runs after `limit` (a deadlock).
+/// it still runs after `limit` (a deadlock). The pipes are drained while it
+/// runs: a child writing more than a pipe holds (64 KiB) must not block.
 pub fn output_within(mut child: Child, limit: Duration, what: &str) -> Output {
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
         if Instant::now() > deadline {
             let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!(
-                "{what}: still running after {limit:?} (deadlock?); stderr:\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            );
+            let _ = child.wait();
+            let err = stderr.join().unwrap();
+            panic!("{what}: still running after {limit:?} (deadlock?); stderr:\n{}", String::from_utf8_lossy(&err));
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    };
+    Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        if let Some(mut r) = pipe {
+            let _ = r.read_to_end(&mut v);
+        }
+        v
+    })
 }
 
 /// The calling thread's CPU time.
