@@ -8,33 +8,13 @@
 //! sits next to the `osprey` binary); `cargo xtask test` does it.
 
 use osprey_pprof::pprof::Profile;
+use osprey_testkit::cc::Cc;
+use osprey_testkit::profile::expect_profiles;
+use osprey_testkit::run::{output_within, serial};
+use osprey_testkit::{osprey, tempdir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-
-/// One test at a time: each needs the agent's collector to keep up with the
-/// program's sampling rate (rings of 512 records), and the overhead test
-/// measures CPU time; on 2 cores, tests running side by side starve both.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "osprey-alloc-{tag}-{}-{}",
-        std::process::id(),
-        osprey::internals::signal::sys::monotonic_ns()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use std::time::Duration;
 
 /// The fixture, compiled into `dir`.
 fn fixture(dir: &Path) -> PathBuf {
@@ -44,18 +24,11 @@ fn fixture(dir: &Path) -> PathBuf {
 /// The fixture linked with `libs` too (before libc).
 fn fixture_linked(dir: &Path, libs: &[&Path]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/alloc.c");
-    let bin = dir.join("alloc");
-    let st = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-builtin", "-pthread"])
-        .arg(&src)
-        .arg("-Wl,--no-as-needed")
-        .args(libs)
-        .arg("-o")
-        .arg(&bin)
-        .status()
-        .expect("cc (install gcc)");
-    assert!(st.success(), "compiling {}", src.display());
-    bin
+    Cc::new("cc")
+        .flags(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-builtin", "-pthread"])
+        .after(["-Wl,--no-as-needed"])
+        .after(libs)
+        .build(&src, &dir.join("alloc"))
 }
 
 /// `osprey exec --alloc [extra...] -- bin args...` with `env`, killed after `limit`.
@@ -65,31 +38,10 @@ fn exec_alloc(out: &Path, extra: &[&str], env: &[(&str, &str)], bin: &Path, args
     for (k, v) in env {
         c.env(k, v);
     }
-    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run osprey");
-    let end = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > end {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!("still running after {limit:?} (deadlock?); stderr:\n{}", String::from_utf8_lossy(&o.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let o = child.wait_with_output().unwrap();
+    let child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run osprey");
+    let o = output_within(child, limit, "osprey exec --alloc");
     assert!(o.status.success(), "{:?}: {}", o.status, String::from_utf8_lossy(&o.stderr));
     o
-}
-
-fn read_all(dir: &Path) -> Vec<Profile> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-        .collect();
-    v.sort();
-    assert!(!v.is_empty(), "no profile in {}", dir.display());
-    v.iter().map(|p| osprey_pprof::read_profile(p).unwrap()).collect()
 }
 
 /// Cumulative value of each function of `names` on sample type `ty`.
@@ -125,7 +77,7 @@ fn alloc_space_split_50_30_20() {
     let dir = tempdir("split");
     let bin = fixture(&dir);
     exec_alloc(&dir, &[], &[], &bin, &["split", "4096"], Duration::from_secs(300));
-    assert_split(&read_all(&dir), "glibc");
+    assert_split(&expect_profiles(&dir), "glibc");
 }
 
 /// The split program with another allocator, preloaded after osprey's
@@ -141,7 +93,7 @@ fn other_allocator(lib: &str, tag: &str, linked: bool) {
         (fixture(&dir), vec![("LD_PRELOAD", lib.to_str().unwrap())])
     };
     exec_alloc(&dir, &[], &env, &bin, &["split", "4096"], Duration::from_secs(300));
-    let ps = read_all(&dir);
+    let ps = expect_profiles(&dir);
     let files: Vec<&str> = ps[0].mapping.iter().map(|m| ps[0].string_table[m.filename as usize].as_str()).collect();
     assert!(files.iter().any(|f| f.contains(tag)), "{tag} not loaded: {files:?}");
     assert_split(&ps, &format!("{tag} {}", if linked { "linked" } else { "preloaded" }));
@@ -183,7 +135,7 @@ fn inuse_space_matches_what_is_kept() {
     let bin = fixture(&dir);
     let mean = 64.0 * 1024.0;
     exec_alloc(&dir, &["--alloc-interval", "65536"], &[], &bin, &["inuse"], Duration::from_secs(300));
-    let ps = read_all(&dir);
+    let ps = expect_profiles(&dir);
     let got = cum(&ps, "inuse-space", &["keep_a", "keep_b", "churn_c"]);
     let alloc = cum(&ps, "alloc-space", &["keep_a", "keep_b", "churn_c"]);
     eprintln!(
@@ -225,16 +177,9 @@ fn cxx_new_and_delete() {
     let dir = tempdir("cxx");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/alloc_cxx.cc");
     let bin = dir.join("alloc_cxx");
-    let st = Command::new("c++")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&bin)
-        .status()
-        .expect("c++ (install g++)");
-    assert!(st.success(), "compiling {}", src.display());
+    Cc::new("c++").flags(["-O1", "-g", "-fno-omit-frame-pointer"]).build(&src, &bin);
     exec_alloc(&dir, &["--alloc-interval", "65536"], &[], &bin, &[], Duration::from_secs(120));
-    let ps = read_all(&dir);
+    let ps = expect_profiles(&dir);
     let names = ["new_plain()", "new_aligned()", "churn_d()"];
     let inuse = cum(&ps, "inuse-space", &names);
     let alloc = cum(&ps, "alloc-space", &names);
@@ -259,7 +204,7 @@ fn fork_while_allocating_never_deadlocks() {
     let bin = fixture(&dir);
     let o = exec_alloc(&dir, &["--alloc-interval", "4096"], &[], &bin, &["fork", "300"], Duration::from_secs(120));
     assert!(String::from_utf8_lossy(&o.stdout).contains("forked 300"));
-    let c = cum(&read_all(&dir), "alloc-space", &["alloc_a"]);
+    let c = cum(&expect_profiles(&dir), "alloc-space", &["alloc_a"]);
     assert!(c[0] > 0.0, "the allocating thread was not profiled");
 }
 
@@ -276,7 +221,7 @@ fn malloc_in_signal_handler_is_safe() {
     eprintln!("{}", text.trim());
     let handled: u64 = text.split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(handled > 100, "too few mallocs in the handler: {text}");
-    let c = cum(&read_all(&dir), "alloc-space", &["on_alarm", "main"]);
+    let c = cum(&expect_profiles(&dir), "alloc-space", &["on_alarm", "main"]);
     assert!(c[0] > 0.0 && c[1] > 0.0, "allocations in and out of the handler profiled: {c:?}");
 }
 

@@ -8,7 +8,9 @@
 //! 60 s by default; with `CI=true`, 8 s (said in the README). Run with
 //! `--children`, so the profile covers the whole process tree.
 
-use std::path::{Path, PathBuf};
+use osprey_testkit::cc::Cc;
+use osprey_testkit::{osprey, tempdir};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 const CHAOS_C: &str = r#"
@@ -95,10 +97,6 @@ int main(int argc, char **argv) {
     return 1;
 }
 "#;
-
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
 
 struct Run {
     code: Option<i32>,
@@ -217,13 +215,10 @@ fn profile_cpu_ns(dir: &Path, frame: &str) -> (i64, i64) {
 
 #[test]
 fn everything_at_once_at_one_khz() {
-    let dir = std::env::temp_dir().join(format!("osprey-chaos-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("chaos");
     let (src, exe) = (dir.join("chaos.c"), dir.join("chaos"));
     std::fs::write(&src, CHAOS_C).unwrap();
-    let st = Command::new("cc").args(["-O1", "-g", "-pthread", "-o"]).arg(&exe).arg(&src).status().unwrap();
-    assert!(st.success());
+    Cc::new("cc").flags(["-O1", "-g", "-pthread"]).build(&src, &exe);
     let secs = if std::env::var_os("CI").is_some_and(|v| v == "true") { "8" } else { "60" };
 
     let (plain, _) = run(Command::new(&exe).arg(secs));

@@ -5,60 +5,14 @@
 //! and the demo sit next to the `osprey` binary); `cargo xtask test` does it.
 
 use osprey_pprof::pprof::Profile;
-use std::path::{Path, PathBuf};
+use osprey_testkit::cc::compile_c;
+use osprey_testkit::paths::{demo, osprey, workspace_root};
+use osprey_testkit::profile::{profile_files, read_profiles};
+use osprey_testkit::tempdir;
 use std::process::{Command, Output};
-
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
-fn sibling(name: &str) -> PathBuf {
-    let p = osprey().parent().unwrap().join(name);
-    assert!(p.exists(), "{} missing: build the workspace first (cargo build --workspace)", p.display());
-    p
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "osprey-e2e-{tag}-{}-{}",
-        std::process::id(),
-        osprey::internals::signal::sys::monotonic_ns()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn run(args: &[&str]) -> Output {
     Command::new(osprey()).args(args).output().expect("run osprey")
-}
-
-fn profiles(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-        .collect();
-    v.sort();
-    v
-}
-
-fn read_all(dir: &Path) -> Vec<Profile> {
-    profiles(dir).iter().map(|p| osprey_pprof::read_profile(p).unwrap()).collect()
-}
-
-fn compile_c(src: &str, out: &Path, extra: &[&str]) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let st = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-I"])
-        .arg(root.join("include"))
-        .arg(root.join(src))
-        .arg("-o")
-        .arg(out)
-        .args(extra)
-        .status()
-        .expect("cc (install gcc)");
-    assert!(st.success(), "compiling {src}");
 }
 
 /// Cumulative share of each name among `names`, by `osprey_pprof::summarize`.
@@ -89,16 +43,16 @@ fn cpu_split_50_30_20_read_by_osprey_and_go_pprof() {
         "--out",
         out.to_str().unwrap(),
         "--",
-        sibling("osprey-demo").to_str().unwrap(),
+        demo().to_str().unwrap(),
         "--threads",
         "2",
         "--seconds",
         "3",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let files = profiles(&out);
+    let files = profile_files(&out);
     assert_eq!(files.len(), 1, "one profile at exit: {files:?}");
-    let ps = read_all(&out);
+    let ps = read_profiles(&out);
     let p = &ps[0];
     let types: Vec<(String, String)> = p
         .sample_type
@@ -185,7 +139,7 @@ fn bad_input_fails_before_anything_runs() {
     let o = run(&["exec", "--out", out.to_str().unwrap(), "--", bin.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("statically linked"));
-    assert!(profiles(&out).is_empty());
+    assert!(profile_files(&out).is_empty());
 }
 
 #[test]
@@ -242,14 +196,14 @@ fn status_streams_and_signals_pass_through() {
 fn program_with_its_own_sigprof_keeps_working() {
     let dir = tempdir("sigprof");
     let bin = dir.join("own_sigprof");
-    compile_c("crates/osprey-cli/tests/c/own_sigprof.c", &bin, &[]);
+    compile_c(&workspace_root().join("crates/osprey-cli/tests/c/own_sigprof.c"), &bin, &[]);
     let out = dir.join("profiles");
     let o = run(&["exec", "--hz", "1000", "--out", out.to_str().unwrap(), "--", bin.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{stdout} {}", String::from_utf8_lossy(&o.stderr));
     assert!(stdout.starts_with("ticks "));
     // Its pthread_create threads registered at start: nothing lost as unregistered.
-    let ps = read_all(&out);
+    let ps = read_profiles(&out);
     let s = osprey_pprof::summarize(&ps, Some("samples")).unwrap();
     assert!(s.functions.iter().any(|f| f.name == "burn_in_thread"), "C function not symbolized");
     assert!(!s.functions.iter().any(|f| f.name.contains("not registered")), "samples dropped");
@@ -259,12 +213,12 @@ fn program_with_its_own_sigprof_keeps_working() {
 fn c_program_span_ids_reach_the_profile() {
     let dir = tempdir("ctx");
     let bin = dir.join("context_dlsym");
-    compile_c("crates/osprey/tests/c/context_dlsym.c", &bin, &["-ldl"]);
+    compile_c(&workspace_root().join("crates/osprey/tests/c/context_dlsym.c"), &bin, &["-ldl"]);
     let out = dir.join("profiles");
     let o = run(&["exec", "--hz", "1000", "--out", out.to_str().unwrap(), "--", bin.to_str().unwrap(), "2", "10"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("osprey: present"));
-    let ps = read_all(&out);
+    let ps = read_profiles(&out);
     let (mut labelled, mut spans) = (0, std::collections::BTreeSet::new());
     for p in &ps {
         for s in &p.sample {
@@ -291,14 +245,14 @@ fn lines_flag_adds_files_and_lines() {
         "--out",
         out.to_str().unwrap(),
         "--",
-        sibling("osprey-demo").to_str().unwrap(),
+        demo().to_str().unwrap(),
         "--threads",
         "1",
         "--seconds",
         "1",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let p = &read_all(&out)[0];
+    let p = &read_profiles(&out)[0];
     let with_line = p
         .function
         .iter()

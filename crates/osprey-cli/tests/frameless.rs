@@ -7,36 +7,18 @@
 //! does it.
 
 use osprey_pprof::pprof::Profile;
+use osprey_testkit::cc::Cc;
+use osprey_testkit::{osprey, tempdir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "osprey-frameless-{tag}-{}-{}",
-        std::process::id(),
-        osprey::internals::signal::sys::monotonic_ns()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// `c/frameless.c`, built without frame pointers.
 fn frameless_c(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/frameless.c");
-    let bin = dir.join("frameless");
-    let st = Command::new("cc")
-        .args(["-O2", "-fomit-frame-pointer", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(src)
-        .args(["-lz", "-ldl"])
-        .status()
-        .expect("cc (install gcc)");
-    assert!(st.success(), "compiling c/frameless.c (needs zlib1g-dev)");
-    bin
+    Cc::new("cc")
+        .flags(["-O2", "-fomit-frame-pointer", "-pthread"])
+        .after(["-lz", "-ldl"])
+        .build(&src, &dir.join("frameless"))
 }
 
 /// One sample: its function names leaf first, its CPU nanoseconds, its thread id.

@@ -4,14 +4,17 @@
 //!
 //! Needs the workspace built (`cargo build --workspace`); `cargo xtask test` does it.
 
+use osprey_testkit::cc::compile_named;
+use osprey_testkit::python::interpreter;
+use osprey_testkit::run::output_within;
+use osprey_testkit::{osprey, tempdir};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
+/// The C programs of these tests.
+const C_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c");
 
 /// `osprey` with SIGINT, SIGQUIT, SIGTERM and SIGHUP at their default
 /// dispositions, whatever this test inherited (a test run started in the
@@ -32,52 +35,12 @@ fn osprey_cmd() -> Command {
     c
 }
 
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "osprey-host-{tag}-{}-{}",
-        std::process::id(),
-        osprey::internals::signal::sys::monotonic_ns()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Compiles `tests/c/<name>.c` into `dir`.
-fn compile_c(name: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
-    let out = dir.join(name);
-    let st = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("cc (install gcc)");
-    assert!(st.success(), "compiling {}", src.display());
-    out
-}
-
 /// Runs `osprey exec ARGS`, killing it after `limit`; returns status, stdout, stderr and its pid.
 fn run_limited(args: &[&str], limit: Duration) -> (ExitStatus, String, String, u32) {
-    let mut child = osprey_cmd().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run osprey");
+    let child = osprey_cmd().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run osprey");
     let pid = child.id();
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "osprey exec {args:?} hung (killed after {limit:?}); stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().unwrap();
-    (status, String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into(), pid)
+    let out = output_within(child, limit, &format!("osprey exec {args:?} hung"));
+    (out.status, String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into(), pid)
 }
 
 /// `key N` in `text`.
@@ -98,7 +61,7 @@ fn ci() -> bool {
 #[test]
 fn exec_while_sampling_never_kills_the_new_program() {
     let dir = tempdir("exec");
-    let prog = compile_c("reexec", &dir);
+    let prog = compile_named(C_DIR, "reexec", &dir);
     let total = if ci() { "200" } else { "1000" };
     let out = dir.join("profiles");
     let (st, stdout, stderr, _) = run_limited(
@@ -130,7 +93,7 @@ fn exec_while_sampling_never_kills_the_new_program() {
 #[test]
 fn spawned_children_never_receive_an_osprey_signal() {
     let dir = tempdir("spawn");
-    let prog = compile_c("spawners", &dir);
+    let prog = compile_named(C_DIR, "spawners", &dir);
     let out = dir.join("profiles");
     let n = if ci() { "150" } else { "600" };
     let (st, stdout, stderr, _) = run_limited(
@@ -148,7 +111,7 @@ fn spawned_children_never_receive_an_osprey_signal() {
 #[test]
 fn clone_fork_vfork_daemon_children_exiting() {
     let dir = tempdir("clone");
-    let prog = compile_c("clones", &dir);
+    let prog = compile_named(C_DIR, "clones", &dir);
     let out = dir.join("profiles");
     let (st, stdout, stderr, pid) = run_limited(
         &["exec", "--hz", "1000", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap(), "5"],
@@ -167,35 +130,13 @@ fn clone_fork_vfork_daemon_children_exiting() {
     assert!(parent >= 50_000_000, "parent_work: {parent} ns of the 100 ms it burned");
 }
 
-/// `~/.pyenv/versions/3.12.*/bin/python3`, if installed.
-fn python312() -> Option<PathBuf> {
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let mut hits: Vec<PathBuf> = std::fs::read_dir(Path::new(&home).join(".pyenv/versions"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("3.12."))
-        .map(|e| e.path().join("bin/python3"))
-        .filter(|p| p.exists())
-        .collect();
-    hits.sort();
-    hits.pop()
-}
-
 /// CPython runs as osprey's child: SIGUSR1 sent to osprey reaches the
 /// program's own handler, SIGTERM kills the program, and osprey exits with
 /// 128 + 15 after writing the last profile.
 #[test]
 fn python_child_gets_the_signals_sent_to_osprey() {
     use std::io::{BufRead, BufReader};
-    let Some(py) = python312() else {
-        assert_eq!(
-            std::env::var("OSPREY_SKIP_MISSING_PYTHON").as_deref(),
-            Ok("1"),
-            "python 3.12 not found under ~/.pyenv"
-        );
-        return;
-    };
+    let Some(py) = interpreter("3.12") else { return };
     let dir = tempdir("pysig");
     let script = "import signal, sys\n\
         signal.signal(signal.SIGUSR1, lambda *a: print('usr1', flush=True))\n\
@@ -336,7 +277,7 @@ fn wait_limited(child: &mut std::process::Child, limit: Duration) -> ExitStatus 
 #[test]
 fn termination_signal_writes_the_profile_then_kills() {
     let dir = tempdir("term");
-    let prog = compile_c("ending", &dir);
+    let prog = compile_named(C_DIR, "ending", &dir);
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         let out = dir.join(format!("sig{sig}"));
         let (mut child, _lines) = start_ending(&prog, &out, "spin");
@@ -355,7 +296,7 @@ fn termination_signal_writes_the_profile_then_kills() {
 #[test]
 fn own_termination_handler_is_kept() {
     let dir = tempdir("ownterm");
-    let prog = compile_c("ending", &dir);
+    let prog = compile_named(C_DIR, "ending", &dir);
     let out = dir.join("p");
     let (mut child, mut lines) = start_ending(&prog, &out, "own");
     // SAFETY: signalling the program we started.
@@ -372,7 +313,7 @@ fn own_termination_handler_is_kept() {
 #[test]
 fn abort_and_exit_write_the_profile() {
     let dir = tempdir("abort");
-    let prog = compile_c("ending", &dir);
+    let prog = compile_named(C_DIR, "ending", &dir);
     for (mode, check) in [("abort", (None, Some(libc::SIGABRT))), ("_exit", (Some(3), None))] {
         let out = dir.join(mode);
         let (st, _, stderr, pid) = run_limited(
@@ -404,7 +345,7 @@ fn abort_and_exit_write_the_profile() {
 #[test]
 fn program_taking_osprey_signal_gets_it() {
     let dir = tempdir("rtsig");
-    let prog = compile_c("rtsig", &dir);
+    let prog = compile_named(C_DIR, "rtsig", &dir);
     for extra in [&[][..], &["signal"][..]] {
         let out = dir.join(format!("p{}", extra.len()));
         let mut args = vec!["exec", "--hz", "1000", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap()];
@@ -425,7 +366,7 @@ fn program_taking_osprey_signal_gets_it() {
 #[test]
 fn termination_handler_is_invisible_to_the_program() {
     let dir = tempdir("query");
-    let prog = compile_c("ending", &dir);
+    let prog = compile_named(C_DIR, "ending", &dir);
     let out = dir.join("p");
     let (st, stdout, stderr, _) = run_limited(
         &["exec", "--out", out.to_str().unwrap(), "--", prog.to_str().unwrap(), "query"],

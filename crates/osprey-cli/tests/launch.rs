@@ -9,20 +9,13 @@
 //! `python3` shim, 3.12); `cargo xtask test` and `.ci/run` provide them.
 
 use osprey_pprof::pprof::Profile;
+use osprey_testkit::profile::{function_names, label, profile_files};
+use osprey_testkit::python::interpreter;
+use osprey_testkit::run::serial;
+use osprey_testkit::{osprey, tempdir};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// One at a time: the shares need the CPUs.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
 
 fn py(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(name)
@@ -45,30 +38,6 @@ fn shim_path() -> String {
     format!("{}:{}", shims().display(), std::env::var("PATH").unwrap_or_default())
 }
 
-/// `~/.pyenv/versions/3.12.*/bin/python3`.
-fn python312() -> PathBuf {
-    let mut hits: Vec<PathBuf> = std::fs::read_dir(home().join(".pyenv/versions"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("3.12."))
-        .map(|e| e.path().join("bin/python3"))
-        .filter(|p| p.exists())
-        .collect();
-    hits.sort();
-    hits.pop().expect("pyenv python 3.12")
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "osprey-launch-{tag}-{}-{}",
-        std::process::id(),
-        osprey::internals::signal::sys::monotonic_ns()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// `osprey exec [flags] --out OUT -- cmd...` with the shims on PATH, in `cwd`.
 fn exec(cwd: &Path, out: &Path, flags: &[&str], cmd: &[&str]) -> Output {
     Command::new(osprey())
@@ -85,25 +54,10 @@ fn exec(cwd: &Path, out: &Path, flags: &[&str], cmd: &[&str]) -> Output {
 }
 
 fn profiles(dir: &Path) -> Vec<(PathBuf, Profile)> {
-    let Ok(rd) = std::fs::read_dir(dir) else { return vec![] };
-    let mut v: Vec<PathBuf> =
-        rd.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(".pb.gz")).collect();
-    v.sort();
-    v.into_iter().map(|p| (p.clone(), osprey_pprof::read_profile(&p).unwrap())).collect()
-}
-
-fn label<'a>(p: &'a Profile, s: &osprey_pprof::pprof::Sample, key: &str) -> Option<(&'a str, i64)> {
-    s.label.iter().find(|l| p.string(l.key) == key).map(|l| (p.string(l.str), l.num))
-}
-
-fn names<'a>(p: &'a Profile, s: &osprey_pprof::pprof::Sample) -> Vec<&'a str> {
-    let mut out = Vec::new();
-    for id in &s.location_id {
-        for l in &p.location[(*id - 1) as usize].line {
-            out.push(p.string(p.function[(l.function_id - 1) as usize].name));
-        }
+    if std::fs::read_dir(dir).is_err() {
+        return vec![];
     }
-    out
+    profile_files(dir).into_iter().map(|p| (p.clone(), osprey_pprof::read_profile(&p).unwrap())).collect()
 }
 
 /// CPU (ns) per (pid, function on the stack), and per pid in total.
@@ -125,7 +79,7 @@ fn cpu(profiles: &[(PathBuf, Profile)]) -> Cpu {
             let v = s.value[cpu_idx];
             *c.by_pid.entry(pid).or_default() += v;
             let mut seen = std::collections::HashSet::new();
-            for n in names(p, s) {
+            for n in function_names(p, s) {
                 if seen.insert(n) {
                     *c.by_fn.entry((pid, n.to_string())).or_default() += v;
                 }
@@ -204,7 +158,11 @@ fn venv_console_script() {
     let _s = serial();
     let dir = tempdir("venv");
     let venv = dir.join("venv");
-    let st = Command::new(python312()).args(["-m", "venv", "--without-pip"]).arg(&venv).status().unwrap();
+    let st = Command::new(interpreter("3.12").expect("pyenv python 3.12"))
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
     assert!(st.success(), "python -m venv");
     // A tiny package and its console script, as pip writes them.
     let site = std::fs::read_dir(venv.join("lib")).unwrap().flatten().next().unwrap().path().join("site-packages");

@@ -4,87 +4,13 @@
 //! fails the test unless OSPREY_SKIP_MISSING_PYTHON=1. Needs the workspace
 //! built (`cargo build --workspace`), as `cargo xtask test` does.
 
-use osprey_pprof::pprof::Profile;
-use std::path::{Path, PathBuf};
+use osprey_testkit::profile::{expect_profiles, function_names, label};
+use osprey_testkit::python::{interpreter, workload_path};
+use osprey_testkit::run::serial;
+use osprey_testkit::{osprey, tempdir};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// The tests run one at a time: the split measurement needs the CPUs.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
-/// `~/.pyenv/versions/VERSION.*/bin/python3`, the newest patch release.
-fn python(version: &str) -> Option<PathBuf> {
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let mut hits: Vec<PathBuf> = std::fs::read_dir(Path::new(&home).join(".pyenv/versions"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{version}.")))
-        .map(|e| e.path().join("bin/python3"))
-        .filter(|p| p.exists())
-        .collect();
-    hits.sort();
-    match hits.pop() {
-        Some(p) => Some(p),
-        None if std::env::var("OSPREY_SKIP_MISSING_PYTHON").as_deref() == Ok("1") => {
-            eprintln!("skipping: python {version} not found (OSPREY_SKIP_MISSING_PYTHON=1)");
-            None
-        }
-        None => panic!("python {version} not found under ~/.pyenv/versions (set OSPREY_SKIP_MISSING_PYTHON=1 to skip)"),
-    }
-}
-
-/// The shared workload of osprey-python's tests (`exec` mode: 50/30/20 beside
-/// a sleeper and a compressor, prints its truth, exits 7).
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../osprey-python/tests/py/workload.py")
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "osprey-py-e2e-{tag}-{}-{}",
-        std::process::id(),
-        osprey::internals::signal::sys::monotonic_ns()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn read_profiles(dir: &Path) -> Vec<Profile> {
-    let files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-        .collect();
-    assert!(!files.is_empty(), "no *.pb.gz in {}", dir.display());
-    files.iter().map(|f| osprey_pprof::read_profile(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()))).collect()
-}
-
-fn label<'a>(p: &'a Profile, s: &osprey_pprof::pprof::Sample, key: &str) -> Option<(&'a str, i64)> {
-    s.label.iter().find(|l| p.string(l.key) == key).map(|l| (p.string(l.str), l.num))
-}
-
-/// Function names of a sample, leaf first.
-fn names<'a>(p: &'a Profile, s: &osprey_pprof::pprof::Sample) -> Vec<&'a str> {
-    let mut out = Vec::new();
-    for id in &s.location_id {
-        let loc = &p.location[(*id - 1) as usize];
-        debug_assert_eq!(loc.id, *id);
-        for l in &loc.line {
-            out.push(p.string(p.function[(l.function_id - 1) as usize].name));
-        }
-    }
-    out
-}
 
 /// Seconds of the split workload under `osprey exec --hz 200`: about 4000
 /// samples of the main thread on CPU, for a 3-point bound.
@@ -92,7 +18,7 @@ const SPLIT_SECS: &str = "20";
 
 #[test]
 fn exec_python_split_states_and_exit_status() {
-    let Some(py) = python("3.12") else { return };
+    let Some(py) = interpreter("3.12") else { return };
     let _serial = serial();
     // A statistical measurement on shared cores: taken once more when it
     // misses (a systematic error misses both times).
@@ -105,7 +31,7 @@ fn exec_python_split_states_and_exit_status() {
             .arg(&out)
             .arg("--")
             .arg(&py)
-            .arg(script())
+            .arg(workload_path())
             .arg("exec")
             .arg(SPLIT_SECS)
             .output()
@@ -123,7 +49,7 @@ fn exec_python_split_states_and_exit_status() {
         let tsum: f64 = truth.iter().sum();
         let truth: Vec<f64> = truth.iter().map(|x| 100.0 * x / tsum).collect();
 
-        let profiles = read_profiles(&out);
+        let profiles = expect_profiles(&out);
         // The summary (osprey's own reader) ranks f50 > f30 > f20 by CPU.
         let summary = osprey_pprof::summarize(&profiles, Some("cpu")).unwrap();
         let cum = |f: &str| summary.functions.iter().find(|s| s.name == f).map_or(0, |s| s.cum);
@@ -150,7 +76,7 @@ fn exec_python_split_states_and_exit_status() {
             };
             assert!(tid > 0 && !name.is_empty());
             // Threads by what they run (3.12 leaves the OS thread name alone).
-            let fns = names(p, s);
+            let fns = function_names(p, s);
             let who = ["sleeper", "compressor"].into_iter().find(|w| fns.contains(w)).unwrap_or("other");
             *states.entry((who.to_string(), state.to_string())).or_default() += s.value[0];
             for id in &s.location_id {
@@ -184,9 +110,10 @@ impl Drop for Running {
 
 #[test]
 fn attach_running_311_writes_a_profile() {
-    let Some(py) = python("3.11") else { return };
+    let Some(py) = interpreter("3.11") else { return };
     let _serial = serial();
-    let child = Running(Command::new(&py).arg(script()).args(["exec", "30"]).stdout(Stdio::null()).spawn().unwrap());
+    let child =
+        Running(Command::new(&py).arg(workload_path()).args(["exec", "30"]).stdout(Stdio::null()).spawn().unwrap());
     std::thread::sleep(Duration::from_millis(300));
     let out = tempdir("attach");
     let o = Command::new(osprey())
@@ -195,7 +122,7 @@ fn attach_running_311_writes_a_profile() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let profiles = read_profiles(&out);
+    let profiles = expect_profiles(&out);
     let summary = osprey_pprof::summarize(&profiles, Some("samples")).unwrap();
     assert!(summary.functions.iter().any(|f| f.name == "f50"), "{:?}", summary.functions);
     assert!(summary.samples > 100, "{} samples", summary.samples);
@@ -229,7 +156,7 @@ fn attach_bad_targets() {
 #[test]
 fn exec_native_signals_and_exit_status() {
     use std::io::BufRead;
-    let Some(py) = python("3.12") else { return };
+    let Some(py) = interpreter("3.12") else { return };
     let _serial = serial();
     let out = tempdir("native");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../osprey-python/tests/py/signals_work.py");
@@ -261,10 +188,10 @@ fn exec_native_signals_and_exit_status() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(got, SENT, "signals delivered to the program; osprey said:\n{err}");
     assert_eq!(status.code(), Some(7), "exit status; osprey said:\n{err}");
-    let profiles = read_profiles(&out);
+    let profiles = expect_profiles(&out);
     let mixed = profiles.iter().any(|p| {
         p.sample.iter().any(|s| {
-            let n = names(p, s);
+            let n = function_names(p, s);
             n.iter()
                 .position(|f| *f == "busy")
                 .is_some_and(|i| i > 0 && n[..i].iter().any(|f| f.starts_with("_Py") || f.starts_with("Py")))

@@ -7,30 +7,12 @@
 //! `tests/chroot/build-forky.sh`; if it cannot be built the tests fail
 //! unless OSPREY_SKIP_MISSING_PYTHON=1.
 
+use osprey_testkit::python::{forky, workload_path};
+use osprey_testkit::run::serial;
+use osprey_testkit::{osprey, tempdir};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
-fn forky() -> Option<PathBuf> {
-    let dir = PathBuf::from(std::env::var("OSPREY_FORKY").unwrap_or_else(|_| "/var/cache/osprey/forky".into()));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../osprey-python/tests/chroot/build-forky.sh");
-    let out = Command::new("bash").arg(script).arg(&dir).output().unwrap();
-    if out.status.success() {
-        return Some(dir);
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    if std::env::var("OSPREY_SKIP_MISSING_PYTHON").as_deref() == Ok("1") {
-        eprintln!("skipping: no forky chroot: {err}");
-        return None;
-    }
-    panic!("building the forky chroot failed: {err} (set OSPREY_SKIP_MISSING_PYTHON=1 to skip)");
-}
 
 /// A process tree killed on drop (the python, then what started it).
 struct Running {
@@ -50,7 +32,7 @@ impl Drop for Running {
 /// Runs the shared workload (`exec` mode) with `/usr/bin/pythonV` in the
 /// chroot, optionally in a new PID namespace; returns it once it runs Python.
 fn start(root: &Path, version: &str, pidns: bool) -> Running {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../osprey-python/tests/py/workload.py");
+    let script = workload_path();
     let inner = format!("/tmp/osprey-cli-workload-{}.py", std::process::id());
     std::fs::copy(&script, root.join(inner.trim_start_matches('/'))).unwrap();
     let mut c = if pidns {
@@ -87,13 +69,6 @@ fn python_under(pid: i32) -> Option<i32> {
     None
 }
 
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-py-ct-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// Attaches for 2 s; returns the summary of the profiles written.
 fn attach(pid: i32, tag: &str) -> (osprey_pprof::Summary, String) {
     let out = tempdir(tag);
@@ -113,7 +88,7 @@ fn attach(pid: i32, tag: &str) -> (osprey_pprof::Summary, String) {
 #[test]
 fn attach_from_the_host_to_chroot_interpreters() {
     let Some(root) = forky() else { return };
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     for (v, pidns) in [("3.13", false), ("3.14", false), ("3.15", false), ("3.15", true)] {
         let w = start(&root, v, pidns);
         let tag = format!("{v}{}", if pidns { "-pidns" } else { "" });
@@ -129,7 +104,7 @@ fn attach_from_the_host_to_chroot_interpreters() {
 #[test]
 fn missing_permission_is_one_line_saying_what_to_do() {
     let Some(root) = forky() else { return };
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipping: needs root to start a process another user cannot read");

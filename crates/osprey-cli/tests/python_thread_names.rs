@@ -5,12 +5,12 @@
 //! from it), and a thread renamed while running shows its new name in the
 //! later profiles. One test per interpreter: pyenv 3.8–3.13, Debian's
 //! static 3.11, and Debian testing's 3.13–3.15 in the forky chroot (see
-//! osprey-python's `tests/common`); a missing interpreter fails the test
+//! `osprey_testkit::python`); a missing interpreter fails the test
 //! unless OSPREY_SKIP_MISSING_PYTHON=1.
 
-#[path = "../../osprey-python/tests/common/mod.rs"]
-mod common;
-
+use osprey_testkit::profile::{label, read_profiles};
+use osprey_testkit::python::{python, slots, Py, PY_CRATE};
+use osprey_testkit::{osprey, tempdir};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,11 +24,7 @@ const TOTAL: &str = "5";
 const RENAME_AT: &str = "2.5";
 
 fn fixture() -> PathBuf {
-    Path::new(common::PY_CRATE).join("tests/py/thread_names.py")
-}
-
-fn label<'a>(p: &'a Profile, s: &osprey_pprof::pprof::Sample, key: &str) -> Option<&'a str> {
-    s.label.iter().find(|l| p.string(l.key) == key).map(|l| p.string(l.str))
+    Path::new(PY_CRATE).join("tests/py/thread_names.py")
 }
 
 /// Which of the fixture's threads a sample is, by the function it burns in.
@@ -47,12 +43,10 @@ fn burner(p: &Profile, s: &osprey_pprof::pprof::Sample) -> Option<&'static str> 
 }
 
 /// The profiles `osprey exec --period 1` wrote for `name`'s run, oldest first.
-fn run(py: &common::Py, name: &str) -> Vec<Profile> {
-    let out = std::env::temp_dir().join(format!("osprey-py-names-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out).unwrap();
+fn run(py: &Py, name: &str) -> Vec<Profile> {
+    let out = tempdir(&format!("names-{name}"));
     let script = py.script_at(&fixture());
-    let o = Command::new(env!("CARGO_BIN_EXE_osprey"))
+    let o = Command::new(osprey())
         .args(["exec", "--hz", "100", "--period", "1", "--out"])
         .arg(&out)
         .arg("--")
@@ -63,21 +57,15 @@ fn run(py: &common::Py, name: &str) -> Vec<Profile> {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{name}: {}\n{stdout}", String::from_utf8_lossy(&o.stderr));
     assert!(stdout.contains(",renamed"), "{name}: the program did not rename its thread: {stdout}");
-    let mut profiles: Vec<Profile> = std::fs::read_dir(&out)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-        .map(|f| osprey_pprof::read_profile(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display())))
-        .collect();
+    let mut profiles = read_profiles(&out);
     let _ = std::fs::remove_dir_all(&out);
     profiles.sort_by_key(|p| p.time_nanos);
     profiles
 }
 
 fn thread_names(name: &str) {
-    let Some(py) = common::python(name) else { return };
-    let _slot = common::slots(1);
+    let Some(py) = python(name) else { return };
+    let _slot = slots(1);
     let profiles = run(&py, name);
     assert!(profiles.len() >= 3, "{name}: {} profiles (a 5 s run, --period 1)", profiles.len());
     // (thread, name) -> samples, overall and per profile.
@@ -87,7 +75,9 @@ fn thread_names(name: &str) {
         let mut renamed = HashMap::new();
         for s in &p.sample {
             let Some(b) = burner(p, s) else { continue };
-            let n = label(p, s, "thread name").unwrap_or_else(|| panic!("{name}: a sample without a thread name"));
+            let n = label(p, s, "thread name")
+                .map(|(n, _)| n)
+                .unwrap_or_else(|| panic!("{name}: a sample without a thread name"));
             *all.entry((b, n.to_string())).or_default() += s.value[0];
             if b == "burn_renamed" {
                 *renamed.entry(n.to_string()).or_default() += s.value[0];
@@ -128,21 +118,4 @@ fn thread_names(name: &str) {
     assert!(other <= 10, "{name}: {other} samples of the renamed thread under other names: {all:?}");
 }
 
-macro_rules! per_interpreter {
-    ($($m:ident => $name:expr),* $(,)?) => {
-        $(#[test] fn $m() { thread_names($name) })*
-    };
-}
-
-per_interpreter! {
-    py38 => "3.8",
-    py39 => "3.9",
-    py310 => "3.10",
-    py311 => "3.11",
-    py312 => "3.12",
-    py313 => "3.13",
-    debian311 => "debian-3.11",
-    forky313 => "forky-3.13",
-    forky314 => "forky-3.14",
-    forky315 => "forky-3.15",
-}
+osprey_testkit::per_interpreter!(thread_names);

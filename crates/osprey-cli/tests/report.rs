@@ -1,43 +1,26 @@
 //! `osprey report` end to end: the binary on files written by the exporter.
 
-use osprey_pprof::{write_profile, Frame, ProfileData, Sample};
+use osprey_pprof::{write_profile, ProfileData};
+use osprey_testkit::profile::folded;
+use osprey_testkit::{osprey, tempdir};
 use std::process::Command;
-
-const MS: i64 = 1_000_000;
 
 /// Stacks (root first, as written) and their cpu time in ms:
 /// a;b;c 10, a;b;b 20 (recursion), a 30, a;b;a;b 40 (mutual recursion).
 fn data() -> ProfileData {
-    let f = |n: &str| Frame::Function { name: n.into(), file: "x.py".into(), line: 1 };
-    let sample = |root_first: &str, count: i64| {
-        let frames = root_first.split(';').rev().map(f).collect();
-        Sample { frames, values: vec![count, count * 10 * MS], labels: vec![] }
-    };
-    ProfileData {
-        sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
-        period: ("cpu".into(), "nanoseconds".into(), 10 * MS),
-        samples: vec![sample("a;b;c", 1), sample("a;b;b", 2), sample("a", 3), sample("a;b;a;b", 4)],
-        ..ProfileData::default()
-    }
+    folded(&[("a;b;c", 1), ("a;b;b", 2), ("a", 3), ("a;b;a;b", 4)])
 }
 
 fn report(args: &[&std::path::Path]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_osprey")).arg("report").args(args).output().unwrap()
+    Command::new(osprey()).arg("report").args(args).output().unwrap()
 }
 
 #[test]
 fn report_writes_a_flamegraph() {
-    let dir = std::env::temp_dir().join(format!("osprey-report-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = tempdir("report");
     let files = vec![write_profile(&dir, &data()).unwrap(), write_profile(&dir, &data()).unwrap()];
     let svg = dir.join("flame.svg");
-    let out = Command::new(env!("CARGO_BIN_EXE_osprey"))
-        .arg("report")
-        .args(&files)
-        .arg("--flamegraph")
-        .arg(&svg)
-        .output()
-        .unwrap();
+    let out = Command::new(osprey()).arg("report").args(&files).arg("--flamegraph").arg(&svg).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("2 file(s)"));
     let text = std::fs::read_to_string(&svg).unwrap();
@@ -53,9 +36,7 @@ fn report_writes_a_flamegraph() {
 
 #[test]
 fn report_refuses_what_is_not_a_profile_file() {
-    let dir = std::env::temp_dir().join(format!("osprey-report-bad-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("report-bad");
     // A device that never ends, and a (sparse) file larger than any profile.
     let big = dir.join("big.pb.gz");
     std::fs::File::create(&big).unwrap().set_len(300 << 20).unwrap();

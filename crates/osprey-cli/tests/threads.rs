@@ -6,42 +6,11 @@
 //! Needs the workspace built (`cargo build --workspace`); `cargo xtask test` does it.
 
 use osprey_pprof::pprof::Profile;
+use osprey_testkit::cc::compile_source;
+use osprey_testkit::run::{run_measured, Run};
+use osprey_testkit::{osprey, tempdir};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-threads-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Compiles C `source` into `dir/name`.
-fn compile(dir: &Path, name: &str, source: &str) -> PathBuf {
-    let (src, exe) = (dir.join(format!("{name}.c")), dir.join(name));
-    std::fs::write(&src, source).unwrap();
-    let st = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("cc (install gcc)");
-    assert!(st.success(), "compiling {name}");
-    exe
-}
-
-/// What a run left: exit status, output, the child's CPU time (rusage), profiles.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    cpu_ns: i64,
-    profiles: Vec<Profile>,
-}
+use std::process::Command;
 
 /// `osprey exec --hz HZ --out DIR -- PROGRAM ARGS`, or the program alone
 /// when `hz` is `None`; waits with `wait4` to read the program's own CPU time.
@@ -57,42 +26,7 @@ fn run(hz: Option<u32>, dir: &Path, program: &Path, args: &[&str]) -> Run {
         }
         None => Command::new(program),
     };
-    let (so, se) = (dir.join("stdout"), dir.join("stderr"));
-    let child = cmd
-        .args(args)
-        .stdout(Stdio::from(std::fs::File::create(&so).unwrap()))
-        .stderr(Stdio::from(std::fs::File::create(&se).unwrap()))
-        .spawn()
-        .unwrap();
-    let (mut status, mut ru) = (0, unsafe_rusage());
-    // SAFETY: waits for our own child (reaped here, with its rusage); valid out pointers.
-    unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    // Reaped by wait4 above: `Child` must not wait again, only be forgotten.
-    std::mem::forget(child);
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    let cpu_ns =
-        (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1_000_000_000 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1_000;
-    let profiles = std::fs::read_dir(&out)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-                .map(|p| osprey_pprof::read_profile(&p).unwrap())
-                .collect()
-        })
-        .unwrap_or_default();
-    Run {
-        code,
-        stdout: std::fs::read_to_string(so).unwrap(),
-        stderr: std::fs::read_to_string(se).unwrap(),
-        cpu_ns,
-        profiles,
-    }
-}
-
-fn unsafe_rusage() -> libc::rusage {
-    // SAFETY: an all-zero rusage is a valid value to be overwritten.
-    unsafe { std::mem::zeroed() }
+    run_measured(cmd.args(args), dir, &out)
 }
 
 /// Total cpu nanoseconds in `profiles`, and the part under frames whose name starts with `prefix`.
@@ -195,7 +129,7 @@ int main(int argc, char **argv) {
 #[test]
 fn a_thousand_threads_at_once() {
     let dir = tempdir("burst");
-    let exe = compile(&dir, "threads", THREADS_C);
+    let exe = compile_source(&dir, "threads", THREADS_C);
     let r = run(Some(100), &dir, &exe, &["1000", "3", "1"]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let fds: Vec<i32> = r.stdout.split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect();
@@ -217,7 +151,7 @@ fn a_thousand_threads_at_once() {
 #[test]
 fn short_lived_threads_are_accounted() {
     let dir = tempdir("short");
-    let exe = compile(&dir, "threads", THREADS_C);
+    let exe = compile_source(&dir, "threads", THREADS_C);
     let r = run(Some(100), &dir, &exe, &["200", "5", "0"]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let (total, _) = cpu_under(&r.profiles, "-");
@@ -253,7 +187,7 @@ int main(void) {
 #[test]
 fn sixteen_kib_stacks_at_ten_khz() {
     let dir = tempdir("stacks");
-    let exe = compile(&dir, "small_stacks", SMALL_STACKS_C);
+    let exe = compile_source(&dir, "small_stacks", SMALL_STACKS_C);
     let r = run(Some(10_000), &dir, &exe, &[]);
     assert_eq!(r.code, Some(0), "crashed: {}", r.stderr);
     assert_eq!(r.stdout.trim(), "ok");
@@ -309,7 +243,7 @@ int main(int argc, char **argv) {
 #[test]
 fn sleeping_threads_see_no_eintr() {
     let dir = tempdir("eintr");
-    let exe = compile(&dir, "sleepers", SLEEPERS_C);
+    let exe = compile_source(&dir, "sleepers", SLEEPERS_C);
     let calls = if ci() { "500" } else { "2000" };
     let mut lines = vec![];
     for hz in [None, Some(100), Some(1000)] {
@@ -380,7 +314,7 @@ int main(int argc, char **argv) {
 #[test]
 fn descriptors_taken_over_by_the_program_are_left_alone() {
     let dir = tempdir("fds");
-    let exe = compile(&dir, "closer", CLOSER_C);
+    let exe = compile_source(&dir, "closer", CLOSER_C);
     let files = dir.join("files");
     std::fs::create_dir_all(&files).unwrap();
     for hz in [100, 1000] {
@@ -434,7 +368,7 @@ int main(int argc, char **argv) {
 #[test]
 fn idle_threads_cost_little() {
     let dir = tempdir("idle");
-    let exe = compile(&dir, "idle", IDLE_C);
+    let exe = compile_source(&dir, "idle", IDLE_C);
     // Long enough that registering the 1000 threads (a one-off) does not
     // dominate the per-second figure.
     let secs = "6";
@@ -473,7 +407,7 @@ fn which(name: &str) -> Result<PathBuf, ()> {
 fn ten_thousand_threads_under_a_1024_descriptor_limit() {
     use std::os::unix::process::CommandExt;
     let dir = tempdir("10k");
-    let exe = compile(&dir, "idle", IDLE_C);
+    let exe = compile_source(&dir, "idle", IDLE_C);
     let n = if ci() { "3000" } else { "10000" };
     let rss = |hz: Option<u32>| -> i64 {
         let mut cmd = match hz {

@@ -2,48 +2,17 @@
 //! CPython programs go through the out-of-process sampler's sink; native
 //! ones get the configuration as `OSPREY_*` variables.
 
-#[path = "../../osprey-upload/tests/common/mod.rs"]
-mod common;
-
-use common::*;
-use std::path::{Path, PathBuf};
+use osprey_testkit::backends::*;
+use osprey_testkit::python::interpreter;
+use osprey_testkit::{osprey, tempdir};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
-fn python() -> Option<PathBuf> {
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let mut hits: Vec<PathBuf> = std::fs::read_dir(Path::new(&home).join(".pyenv/versions"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("3.11."))
-        .map(|e| e.path().join("bin/python3"))
-        .filter(|p| p.exists())
-        .collect();
-    hits.sort();
-    match hits.pop() {
-        Some(p) => Some(p),
-        None if std::env::var("OSPREY_SKIP_MISSING_PYTHON").as_deref() == Ok("1") => None,
-        None => panic!("python 3.11 not found under ~/.pyenv/versions (set OSPREY_SKIP_MISSING_PYTHON=1 to skip)"),
-    }
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let n = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    let d = std::env::temp_dir().join(format!("osprey-upload-e2e-{tag}-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 const BUSY: &str = "import time\nt=time.time()\nwhile time.time()-t < 1.6: sum(range(1000))\nprint(repr(time.time()), flush=True)\nraise SystemExit(3)\n";
 
 #[test]
 fn python_program_to_pyroscope_every_period() {
-    let Some(py) = python() else { return };
+    let Some(py) = interpreter("3.11") else { return };
     let r = Receiver::start(|_, _| ok());
     let dir = tempdir("pyro");
     let out = Command::new(osprey())
@@ -96,7 +65,7 @@ fn python_program_to_pyroscope_every_period() {
 
 #[test]
 fn a_hung_backend_delays_exit_by_at_most_the_exit_wait() {
-    let Some(py) = python() else { return };
+    let Some(py) = interpreter("3.11") else { return };
     let r = Receiver::start(|_, _| Answer::Hang);
     let dir = tempdir("hung");
     let out = Command::new(osprey())

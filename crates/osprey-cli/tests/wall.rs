@@ -7,37 +7,17 @@
 //! Needs the workspace built (`cargo build --workspace`); `cargo xtask test` does it.
 
 use osprey_pprof::pprof::Profile;
+use osprey_testkit::cc::compile_named;
+use osprey_testkit::run::{run_measured, Run};
+use osprey_testkit::{osprey, tempdir};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::OnceLock;
 
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-wall-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Compiles `tests/c/<name>.c` into `dir` (frame pointers kept: the walk
-/// of a blocked thread must recover `rbp`, which `/proc` does not give).
-fn compile_c(name: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
-    let out = dir.join(name);
-    let st = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("cc (install gcc)");
-    assert!(st.success(), "compiling {}", src.display());
-    out
-}
+/// The C programs of these tests (frame pointers kept: the walk of a
+/// blocked thread must recover `rbp`, which `/proc` does not give).
+const C_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c");
 
 /// How a program is run.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -45,15 +25,6 @@ enum Mode {
     Alone,
     Osprey,
     Wall,
-}
-
-/// What a run left: exit status, output, the child's CPU time (rusage), profiles.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    cpu_ns: i64,
-    profiles: Vec<Profile>,
 }
 
 fn run(mode: Mode, dir: &Path, program: &Path, args: &[&str]) -> Run {
@@ -72,39 +43,7 @@ fn run(mode: Mode, dir: &Path, program: &Path, args: &[&str]) -> Run {
             c
         }
     };
-    let (so, se) = (dir.join("stdout"), dir.join("stderr"));
-    let child = cmd
-        .args(args)
-        .stdout(Stdio::from(std::fs::File::create(&so).unwrap()))
-        .stderr(Stdio::from(std::fs::File::create(&se).unwrap()))
-        .spawn()
-        .unwrap();
-    // SAFETY: an all-zero rusage is a valid value to be overwritten.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let mut status = 0;
-    // SAFETY: waits for our own child (reaped here, with its rusage); valid out pointers.
-    unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    // Reaped by wait4 above: `Child` must not wait again, only be forgotten.
-    std::mem::forget(child);
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    let cpu_ns =
-        (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1_000_000_000 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1_000;
-    let profiles = std::fs::read_dir(&out)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-                .map(|p| osprey_pprof::read_profile(&p).unwrap())
-                .collect()
-        })
-        .unwrap_or_default();
-    Run {
-        code,
-        stdout: std::fs::read_to_string(so).unwrap(),
-        stderr: std::fs::read_to_string(se).unwrap(),
-        cpu_ns,
-        profiles,
-    }
+    run_measured(cmd.args(args), dir, &out)
 }
 
 /// One wall sample, flattened: thread id and name, state label, function
@@ -170,7 +109,7 @@ fn states_run() -> &'static (Run, Vec<WallSample>) {
     static RUN: OnceLock<(Run, Vec<WallSample>)> = OnceLock::new();
     RUN.get_or_init(|| {
         let dir = tempdir("states");
-        let exe = compile_c("wall_states", &dir);
+        let exe = compile_named(C_DIR, "wall_states", &dir);
         let r = run(Mode::Wall, &dir, &exe, &[&STATES_SECONDS.to_string()]);
         assert_eq!(r.code, Some(0), "{}", r.stderr);
         assert!(r.stdout.starts_with("ok"), "{}", r.stdout);
@@ -266,7 +205,7 @@ fn wall_samples_carry_states() {
 #[test]
 fn wall_sampling_causes_no_eintr() {
     let dir = tempdir("eintr");
-    let exe = compile_c("wall_eintr", &dir);
+    let exe = compile_named(C_DIR, "wall_eintr", &dir);
     let mut rows = vec![];
     for mode in [Mode::Alone, Mode::Osprey, Mode::Wall] {
         let r = run(mode, &dir, &exe, &["1000"]);
@@ -295,7 +234,7 @@ fn wall_sampling_causes_no_eintr() {
 #[test]
 fn idle_threads_cost_bounded() {
     let dir = tempdir("idle");
-    let exe = compile_c("wall_idle", &dir);
+    let exe = compile_named(C_DIR, "wall_idle", &dir);
     let seconds = 3.0;
     let mut added = vec![];
     for n in [10, 100, 1000] {

@@ -10,6 +10,7 @@
 //! elsewhere.
 
 use osprey_pprof::{write_profile, Frame, Label, LabelValue, ProfileData, Sample};
+use osprey_testkit::profile::cpu_data;
 use std::path::Path;
 use std::process::Command;
 
@@ -67,10 +68,6 @@ fn go_tool_pprof_reads_our_files() {
     ];
     let tid = Label { key: "thread id".into(), value: LabelValue::Num(99) };
     let data = ProfileData {
-        pid: std::process::id() as i32,
-        sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
-        period: ("cpu".into(), "nanoseconds".into(), 10_000_000),
-        start_realtime_ns: 1_700_000_000_000_000_000,
         duration_ns: 10_000_000_000,
         samples: vec![
             Sample { frames: stack, values: vec![5, 50_000_000], labels: vec![tid] },
@@ -85,8 +82,8 @@ fn go_tool_pprof_reads_our_files() {
                 labels: vec![],
             },
         ],
-        comments: vec![],
         lines: true,
+        ..cpu_data(vec![])
     };
     let file = write_profile(&dir, &data).unwrap();
 

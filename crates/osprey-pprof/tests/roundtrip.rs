@@ -3,6 +3,7 @@
 
 use osprey_pprof::pprof::Profile;
 use osprey_pprof::{read_profile, write_profile, Frame, Label, LabelValue, ProfileData, Sample};
+use osprey_testkit::profile::cpu_data;
 use std::path::PathBuf;
 
 #[inline(never)]
@@ -44,11 +45,6 @@ fn data() -> ProfileData {
     let sample =
         |frames: &Vec<Frame>, values: Vec<i64>, labels: Vec<Label>| Sample { frames: frames.clone(), values, labels };
     ProfileData {
-        pid: std::process::id() as i32,
-        sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
-        period: ("cpu".into(), "nanoseconds".into(), 10_000_000),
-        start_realtime_ns: 1_700_000_000_000_000_000,
-        duration_ns: 60_000_000_000,
         samples: vec![
             sample(&stack, vec![1, 10_000_000], labels(7, "abc")),
             sample(&stack, vec![2, 20_000_000], reordered),
@@ -58,6 +54,7 @@ fn data() -> ProfileData {
         ],
         comments: vec!["osprey test".into()],
         lines: true,
+        ..cpu_data(vec![])
     }
 }
 

@@ -5,23 +5,14 @@ use osprey_pprof::maps::ProcMaps;
 use osprey_pprof::pprof::Profile;
 use osprey_pprof::top::{format_value, render_top};
 use osprey_pprof::{summarize, Frame, FunctionStat, ProfileData, Sample};
+use osprey_testkit::profile::folded;
 
 const MS: i64 = 1_000_000;
 
 /// Stacks (root first, as written) and their cpu time in ms:
 /// a;b;c 10, a;b;b 20 (recursion), a 30, a;b;a;b 40 (mutual recursion).
 fn data() -> ProfileData {
-    let f = |n: &str| Frame::Function { name: n.into(), file: "x.py".into(), line: 1 };
-    let sample = |root_first: &str, count: i64| {
-        let frames = root_first.split(';').rev().map(f).collect();
-        Sample { frames, values: vec![count, count * 10 * MS], labels: vec![] }
-    };
-    ProfileData {
-        sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
-        period: ("cpu".into(), "nanoseconds".into(), 10 * MS),
-        samples: vec![sample("a;b;c", 1), sample("a;b;b", 2), sample("a", 3), sample("a;b;a;b", 4)],
-        ..ProfileData::default()
-    }
+    folded(&[("a;b;c", 1), ("a;b;b", 2), ("a", 3), ("a;b;a;b", 4)])
 }
 
 fn profile() -> Profile {

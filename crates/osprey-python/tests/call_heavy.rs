@@ -15,8 +15,8 @@ use osprey_pprof::{Frame, ProfileData};
 use osprey_python::stack::{MAX_DEPTH, TRUNCATED};
 use osprey_python::Options;
 
-const INTERPRETERS: [&str; 10] =
-    ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian-3.11", "forky-3.13", "forky-3.14", "forky-3.15"];
+use common::INTERPRETERS;
+
 /// One of each version.
 const PY_VERSIONS: [&str; 8] = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "forky-3.14", "forky-3.15"];
 

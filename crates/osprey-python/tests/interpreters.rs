@@ -333,28 +333,10 @@ fn asyncio_tasks_forky315() {
     asyncio_tasks("forky-3.15")
 }
 
-macro_rules! per_interpreter {
-    ($($m:ident => $name:expr),* $(,)?) => {
-        $(mod $m {
-            #[test] fn methods_agree() { super::methods_agree($name) }
-            #[test] fn attribution_50_30_20() { super::attribution($name) }
-            #[test] fn states_sleep_and_zlib() { super::states($name) }
-            #[test] fn gc_frame() { super::gc_frame($name) }
-            #[test] fn gil_wait() { super::gil_wait($name) }
-        })*
-    };
-}
-
-per_interpreter! {
-    py38 => "3.8",
-    py39 => "3.9",
-    py310 => "3.10",
-    py311 => "3.11",
-    py312 => "3.12",
-    py313 => "3.13",
-    debian311 => "debian-3.11",
-    forky313 => "forky-3.13",
-    forky314 => "forky-3.14",
-    forky315 => "forky-3.15",
-    forky314_pidns => "forky-3.14-pidns",
-}
+osprey_testkit::per_interpreter!(mod {
+    methods_agree => methods_agree,
+    attribution_50_30_20 => attribution,
+    states_sleep_and_zlib => states,
+    gc_frame => gc_frame,
+    gil_wait => gil_wait,
+}; forky314_pidns => "forky-3.14-pidns");

@@ -122,13 +122,7 @@ fn mixed_stacks(name: &str) {
     assert!(share(zlib_ok, zlib_all) >= 0.90, "{name}: zlib chain {:.1}%", 100.0 * share(zlib_ok, zlib_all));
 }
 
-macro_rules! per_interpreter {
-    ($($m:ident => $name:expr),* $(,)?) => {
-        $(#[test] fn $m() { mixed_stacks($name) })*
-    };
-}
-
-per_interpreter! {
+osprey_testkit::per_interpreter!(only mixed_stacks;
     py38 => "3.8",
     py39 => "3.9",
     py310 => "3.10",
@@ -139,4 +133,4 @@ per_interpreter! {
     forky313 => "forky-3.13",
     forky314 => "forky-3.14",
     forky315_pidns => "forky-3.15-pidns",
-}
+);

@@ -65,21 +65,4 @@ fn names_and_cost(name: &str) {
     assert_eq!(last, want("renamed"), "{name}: after the rename");
 }
 
-macro_rules! per_interpreter {
-    ($($m:ident => $name:expr),* $(,)?) => {
-        $(#[test] fn $m() { names_and_cost($name) })*
-    };
-}
-
-per_interpreter! {
-    py38 => "3.8",
-    py39 => "3.9",
-    py310 => "3.10",
-    py311 => "3.11",
-    py312 => "3.12",
-    py313 => "3.13",
-    debian311 => "debian-3.11",
-    forky313 => "forky-3.13",
-    forky314 => "forky-3.14",
-    forky315 => "forky-3.15",
-}
+osprey_testkit::per_interpreter!(names_and_cost);

@@ -5,8 +5,7 @@
 //!
 //! `cargo bench -p osprey-unwind --bench unwind`
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use osprey_testkit::unwind as fixture;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
@@ -34,7 +33,7 @@ extern "C" fn snap(_: *mut libc::c_void) {
     // SAFETY: reads rip/rsp/rbp; no memory access, no stack change.
     unsafe { asm!("lea {0}, [rip]", "mov {1}, rsp", "mov {2}, rbp", out(reg) pc, out(reg) sp, out(reg) fp) };
     // SAFETY: querying our own thread.
-    let hi = common::stack_hi(unsafe { libc::pthread_self() });
+    let hi = fixture::stack_hi(unsafe { libc::pthread_self() });
     let len = (hi - sp).min(64 << 10) as usize;
     // SAFETY: [sp, hi) is this thread's mapped stack.
     let bytes = unsafe { std::slice::from_raw_parts(sp as *const u8, len) }.to_vec();
@@ -89,9 +88,9 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let lib = common::lib();
-    let shared = common::refresh();
-    let run: common::RunFn = lib.sym("fl_run");
+    let lib = fixture::lib();
+    let shared = fixture::refresh();
+    let run: fixture::RunFn = lib.sym("fl_run");
     // SAFETY: calling our C library with a valid callback.
     unsafe { run(40, Some(snap), std::ptr::null_mut()) };
     let s = SNAP.lock().unwrap().take().unwrap();

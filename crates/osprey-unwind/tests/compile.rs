@@ -1,7 +1,7 @@
 //! Tables compiled from real files built here and from the system.
 
-mod common;
 use object::{Object, ObjectSection};
+use osprey_testkit::unwind as fixture;
 use osprey_unwind::compile::compile_file;
 use osprey_unwind::{Kind, Rule};
 
@@ -14,7 +14,7 @@ fn section(path: &std::path::Path, name: &str) -> Option<(u64, u64)> {
 #[test]
 fn lazy_plt_stubs_are_expanded_per_slot() {
     // Lazy binding (-z lazy) keeps the classic .plt with its CFA expression.
-    let lib = common::build_c("libframeless-lazy.so", &["-shared", "-fPIC", "-Wl,-z,lazy"]);
+    let lib = fixture::build_c("libframeless-lazy.so", &["-shared", "-fPIC", "-Wl,-z,lazy"]);
     let (plt, size) = section(&lib, ".plt").expect(".plt");
     assert!(size >= 48, "PLT0 and at least two stubs");
     let t = compile_file(&lib, None).unwrap().table;
@@ -77,7 +77,7 @@ fn page_index_lookup_matches_a_plain_search() {
 /// `.build-id` tree, and checks the table comes from that file.
 #[test]
 fn debug_frame_from_a_separate_debug_file_by_build_id() {
-    let full = common::build_c(
+    let full = fixture::build_c(
         "libframeless-debugframe.so",
         &["-shared", "-fPIC", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-Wl,--build-id"],
     );
@@ -118,7 +118,7 @@ fn debug_frame_from_a_separate_debug_file_by_build_id() {
 
 #[test]
 fn vdso_has_a_table() {
-    let shared = common::refresh();
+    let shared = fixture::refresh();
     let vdso = shared
         .read(|s| s.modules().iter().find(|m| m.path.to_string_lossy().contains("vdso")).map(|m| m.table.len()))
         .unwrap();

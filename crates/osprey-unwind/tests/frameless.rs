@@ -1,8 +1,7 @@
 //! Unwinding from a real signal handler through frameless C code built here
 //! (`gcc -O2 -fomit-frame-pointer`) and through the system zlib.
 
-mod common;
-use common::*;
+use osprey_testkit::unwind::*;
 use std::sync::atomic::Ordering::SeqCst;
 
 static CAPTURED: std::sync::Mutex<Option<(Vec<u64>, osprey_unwind::Walk)>> = std::sync::Mutex::new(None);

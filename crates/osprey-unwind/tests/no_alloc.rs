@@ -2,7 +2,7 @@
 //! a counting global allocator sees no allocation during walks over real
 //! stacks, garbage and truncation.
 
-mod common;
+use osprey_testkit::unwind as fixture;
 use osprey_unwind::{unwind, CopiedStack, Regs};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -33,8 +33,8 @@ static A: Counting = Counting;
 
 #[test]
 fn walks_do_not_allocate() {
-    common::lib();
-    let shared = common::refresh();
+    fixture::lib();
+    let shared = fixture::refresh();
     let pcs: Vec<u64> = shared.read(|s| s.modules().iter().map(|m| (m.start + m.end) / 2).collect()).unwrap();
     let mut bytes = vec![0u8; 8192];
     for (i, w) in bytes.chunks_mut(8).enumerate() {

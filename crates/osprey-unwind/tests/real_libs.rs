@@ -3,8 +3,7 @@
 //! soname) and is sampled from its SIGPROF handler; the stacks must reach the
 //! Rust function that called the library and the thread's start.
 
-mod common;
-use common::*;
+use osprey_testkit::unwind::*;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 

@@ -2,8 +2,7 @@
 //! set republished by a dlopen/dlclose loop while another thread unwinds
 //! through it, and a handler running on a sigaltstack.
 
-mod common;
-use common::*;
+use osprey_testkit::unwind::*;
 use osprey_unwind::{unwind, CopiedStack, Regs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;

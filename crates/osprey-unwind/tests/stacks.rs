@@ -1,8 +1,7 @@
 //! Unusual stacks: a thread with a tiny stack, and a `swapcontext`
 //! coroutine running on a heap-allocated stack.
 
-mod common;
-use common::*;
+use osprey_testkit::unwind::*;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Mutex;
 

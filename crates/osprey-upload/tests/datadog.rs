@@ -4,10 +4,8 @@
 //! multipart, the event, `code-provenance.json`, and the pprof with
 //! `go tool pprof -raw`.
 
-mod common;
-
 use base64::Engine;
-use common::*;
+use osprey_testkit::backends::*;
 use osprey_upload::{Flags, Language, Meta, UploadConfig, Uploader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};

@@ -2,9 +2,7 @@
 //! Retry-After, 4xx, a backend that never answers at exit, a full queue.
 //! Figures are printed (`cargo test -p osprey-upload --test delivery -- --nocapture`).
 
-mod common;
-
-use common::*;
+use osprey_testkit::backends::*;
 use osprey_upload::{Flags, Language, Meta, UploadConfig, Uploader};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

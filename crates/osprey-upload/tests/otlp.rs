@@ -4,9 +4,7 @@
 //! The Python package is looked up in `$OSPREY_OTLP_PYTHONPATH`, else in
 //! `target/otlp-python` (where .ci/run installs it).
 
-mod common;
-
-use common::*;
+use osprey_testkit::backends::*;
 use osprey_upload::{Flags, Language, Meta, UploadConfig, Uploader};
 use std::path::PathBuf;
 use std::process::Command;

@@ -2,9 +2,7 @@
 //! (name with series labels, from/until, format) and decodes the pprof:
 //! span and thread ids are not series labels.
 
-mod common;
-
-use common::*;
+use osprey_testkit::backends::*;
 use osprey_upload::{Flags, Language, Meta, UploadConfig, Uploader};
 use std::time::Duration;
 

@@ -9,21 +9,13 @@
 //!
 //! One test: it sets proxy variables in this process.
 
-mod common;
-
-use common::*;
+use osprey_testkit::backends::*;
 use osprey_upload::{Flags, Language, Meta, UploadConfig, Uploader};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver as Lines};
 use std::time::Duration;
-
-fn tempdir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn openssl(dir: &Path, args: &str) {
     let st = Command::new("openssl").current_dir(dir).args(args.split_whitespace()).stderr(Stdio::null()).status();
@@ -91,7 +83,7 @@ fn drain(rx: &Lines<String>) -> Vec<String> {
 
 #[test]
 fn https_backends_with_authorities_and_proxies() {
-    let dir = tempdir();
+    let dir = osprey_testkit::tempdir("tls");
     let (ca, srv, key) = certificates(&dir);
     let (mut server, port, received) = python("tls_server.py", &[&srv, &key]);
     let url = format!("https://127.0.0.1:{port}");

@@ -6,11 +6,9 @@
 use osprey::internals::record::Origin;
 use osprey::internals::registry::Registry;
 use osprey::internals::signal::sys;
+use osprey_testkit::run::serial;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Stated bound on how long a new thread runs unprimed: scan interval (10 ms)
 /// plus signal delivery, with a wide margin for a loaded 2-core machine.
@@ -19,12 +17,6 @@ const LATENCY_BOUND: Duration = Duration::from_millis(250);
 static STARTED_NS: AtomicU64 = AtomicU64::new(0);
 static TID: AtomicI32 = AtomicI32::new(0);
 static STOP: AtomicBool = AtomicBool::new(false);
-
-fn out_dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-disc-{}-{}", std::process::id(), sys::monotonic_ns()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn reset() {
     STARTED_NS.store(0, SeqCst);
@@ -70,9 +62,9 @@ type PthreadCreate = unsafe extern "C" fn(
 
 #[test]
 fn finds_thread_from_dlsym_pthread_create() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _s = serial();
     reset();
-    let dir = out_dir();
+    let dir = osprey_testkit::tempdir("out");
     let p = osprey::Profiler::builder().out_dir(&dir).start().unwrap();
     let mut worst = Duration::ZERO;
     for _ in 0..5 {
@@ -127,9 +119,9 @@ fn raw_monotonic_ns() -> u64 {
 
 #[test]
 fn finds_raw_clone_thread() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _s = serial();
     reset();
-    let dir = out_dir();
+    let dir = osprey_testkit::tempdir("out");
     let p = osprey::Profiler::builder().out_dir(&dir).hz(1000).start().unwrap();
     const STACK: usize = 1 << 20;
     let stack = osprey::internals::mmap::map_zeroed(STACK).unwrap();

@@ -2,14 +2,13 @@
 //! thread and keeps profiling into its own files; with `OSPREY_FORK=stop`
 //! semantics (`continue_after_fork = false`) it stops cleanly.
 
-mod common;
-
 use osprey::internals::record::RecordState;
 use osprey::internals::registry::Registry;
+use osprey_testkit::run::{burn_cpu, serial};
 use std::time::Duration;
 
 fn burn(d: Duration) {
-    common::burn_cpu(d);
+    burn_cpu(d);
 }
 
 fn files_of(dir: &std::path::Path, pid: i32) -> usize {
@@ -20,11 +19,9 @@ fn files_of(dir: &std::path::Path, pid: i32) -> usize {
         .count()
 }
 
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 fn child_keeps_profiling_with_a_clean_registry() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _s = serial();
     let dir = std::env::temp_dir().join(format!("osprey-fork-{}", std::process::id()));
     let p = osprey::Profiler::builder().out_dir(&dir).hz(1000).start().unwrap();
     // Some busy threads in the parent, so the child has records to drop.
@@ -68,7 +65,7 @@ fn child_keeps_profiling_with_a_clean_registry() {
 
 #[test]
 fn child_stops_cleanly_when_asked() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _s = serial();
     let dir = std::env::temp_dir().join(format!("osprey-fork-stop-{}", std::process::id()));
     let cfg = osprey::Config { continue_after_fork: false, out_dir: dir.clone(), hz: 1000, ..Default::default() };
     let p = osprey::Profiler::builder().config(cfg).start().unwrap();

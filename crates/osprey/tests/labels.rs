@@ -1,15 +1,12 @@
 //! Thread labels survive the thread: a named thread that burns CPU for a
 //! moment and exits before the next drain is still labelled with its name.
 
-mod common;
-
+use osprey_testkit::run::{burn_cpu, serial};
 use std::time::Duration;
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn short_lived_thread_keeps_its_name() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _s = serial();
     let dir = std::env::temp_dir().join(format!("osprey-labels-{}", std::process::id()));
     let p = osprey::Profiler::builder().out_dir(&dir).hz(1000).start().unwrap();
     std::thread::sleep(Duration::from_millis(30));
@@ -17,7 +14,7 @@ fn short_lived_thread_keeps_its_name() {
         .name("short-lived".into())
         .spawn(|| {
             let _r = osprey::register_current_thread();
-            common::burn_cpu(Duration::from_millis(60));
+            burn_cpu(Duration::from_millis(60));
         })
         .unwrap()
         .join()
@@ -42,7 +39,7 @@ fn short_lived_thread_keeps_its_name() {
 /// thread-start setup (stack bounds, CPU clock), not a bare record.
 #[test]
 fn context_write_registers_the_thread_fully() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _s = serial();
     let dir = std::env::temp_dir().join(format!("osprey-labels-ctx-{}", std::process::id()));
     let p = osprey::Profiler::builder().out_dir(&dir).scan_interval(Duration::from_millis(1000)).start().unwrap();
     let (hi, clock) = std::thread::spawn(|| {

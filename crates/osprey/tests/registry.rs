@@ -6,17 +6,10 @@ use osprey::internals::registry::{Registry, RegistryConfig};
 use osprey::internals::signal::sys;
 use osprey::internals::signal::STATE;
 use osprey::internals::threads;
+use osprey_testkit::run::serial;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn out_dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-reg-{}-{}", std::process::id(), sys::monotonic_ns()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn disposition(sig: i32) -> usize {
     // SAFETY: plain sigaction queries and settings for a signal this test owns.
@@ -42,12 +35,12 @@ extern "C" fn busy_handler(_: libc::c_int) {}
 
 #[test]
 fn rt_signals_are_free_ones_and_restored_at_stop() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _s = serial();
     // Take the first candidate so osprey must skip it.
     let taken = libc::SIGRTMIN() + 6;
     // SAFETY: installs a handler that only counts, for a signal this test owns.
     unsafe { libc::signal(taken, busy_handler as *const () as usize) };
-    let dir = out_dir();
+    let dir = osprey_testkit::tempdir("out");
     let p = osprey::Profiler::builder().out_dir(&dir).start().unwrap();
     let (sample, prime) = (STATE.sample_signal.load(Relaxed), STATE.prime_signal.load(Relaxed));
     for s in [sample, prime] {
@@ -66,7 +59,7 @@ fn rt_signals_are_free_ones_and_restored_at_stop() {
 
 #[test]
 fn enumerating_threads_finds_all() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _s = serial();
     let stop = Arc::new(AtomicBool::new(false));
     let tids: Vec<i32> = (0..5)
         .map(|_| {
@@ -90,8 +83,8 @@ fn enumerating_threads_finds_all() {
 
 #[test]
 fn priming_registers_once() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = out_dir();
+    let _s = serial();
+    let dir = osprey_testkit::tempdir("out");
     // A long scan interval: this test primes by hand.
     let p = osprey::Profiler::builder().out_dir(&dir).scan_interval(Duration::from_millis(1000)).start().unwrap();
     let reg = Registry::get().unwrap();
@@ -130,8 +123,8 @@ fn priming_registers_once() {
 
 #[test]
 fn sample_on_unregistered_thread_is_dropped_and_counted() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = out_dir();
+    let _s = serial();
+    let dir = osprey_testkit::tempdir("out");
     let p = osprey::Profiler::builder().out_dir(&dir).scan_interval(Duration::from_millis(1000)).start().unwrap();
     let reg = Registry::get().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -163,9 +156,9 @@ fn sample_on_unregistered_thread_is_dropped_and_counted() {
 /// no record is ever owned by two threads at once.
 #[test]
 fn concurrent_claims_never_share_a_record() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _s = serial();
     let reg = Registry::get_or_init(RegistryConfig::default()).unwrap();
-    let dir = out_dir();
+    let dir = osprey_testkit::tempdir("out");
     let p = osprey::Profiler::builder().out_dir(&dir).start().unwrap();
     const THREADS: usize = 8;
     let owners: Arc<Vec<AtomicI32>> = Arc::new((0..reg.max_records()).map(|_| AtomicI32::new(0)).collect());

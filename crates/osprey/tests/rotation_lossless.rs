@@ -3,13 +3,12 @@
 //! thread's samples summed over all files equal the samples its handler took.
 
 use osprey_pprof::pprof::Profile;
+use osprey_testkit::run::burn_cpu;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-mod common;
-
 fn burn(d: Duration) {
-    common::burn_cpu(d);
+    burn_cpu(d);
 }
 
 /// Samples of `tid` in `p`, and how many of them osprey could not resolve to a stack.

@@ -6,18 +6,17 @@
 //! while its signal waits (a thread kept off the CPU by another process):
 //! fewer samples, the same CPU time.
 
+use osprey_testkit::run::{burn_cpu, thread_cpu};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-mod common;
-
 fn thread_cpu_ns() -> u64 {
-    common::thread_cpu().as_nanos() as u64
+    thread_cpu().as_nanos() as u64
 }
 
 /// (samples taken, CPU ns they stand for, CPU ns used) summed over two busy threads.
 fn measure(hz: u32, secs: f64) -> (u64, u64, u64) {
-    let dir = tempdir();
+    let dir = osprey_testkit::tempdir("rate");
     let p = osprey::Profiler::builder().hz(hz).out_dir(&dir).start().expect("start");
     let hs: Vec<_> = (0..2)
         .map(|_| {
@@ -26,7 +25,7 @@ fn measure(hz: u32, secs: f64) -> (u64, u64, u64) {
                 let reg = osprey::internals::registry::Registry::get().unwrap();
                 let (_, rec) = reg.lookup(osprey::internals::signal::sys::gettid()).unwrap();
                 let (s0, w0, c0) = (rec.samples.load(Relaxed), rec.charged_ns.load(Relaxed), thread_cpu_ns());
-                common::burn_cpu(Duration::from_secs_f64(secs));
+                burn_cpu(Duration::from_secs_f64(secs));
                 let (s1, w1, c1) = (rec.samples.load(Relaxed), rec.charged_ns.load(Relaxed), thread_cpu_ns());
                 (s1 - s0, w1 - w0, c1 - c0)
             })
@@ -36,16 +35,6 @@ fn measure(hz: u32, secs: f64) -> (u64, u64, u64) {
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
     r
-}
-
-fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "osprey-rate-{}-{}",
-        std::process::id(),
-        osprey::internals::signal::sys::monotonic_ns()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 #[test]

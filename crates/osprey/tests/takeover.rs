@@ -3,9 +3,8 @@
 //! notices within its check interval, osprey steps aside with one line, and
 //! the program's handler receives no further osprey signal.
 
-mod common;
-
 use osprey::internals::signal::STATE;
+use osprey_testkit::run::burn_cpu;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
@@ -19,7 +18,7 @@ extern "C" fn their_handler(_: libc::c_int) {
 fn a_program_taking_the_sampling_signal_later_gets_it_to_itself() {
     let dir = std::env::temp_dir().join(format!("osprey-takeover-{}", std::process::id()));
     let p = osprey::Profiler::builder().out_dir(&dir).hz(1000).start().unwrap();
-    common::burn_cpu(Duration::from_millis(100));
+    burn_cpu(Duration::from_millis(100));
     let signal = STATE.sample_signal.load(Relaxed);
     assert!(signal > 0);
     // SAFETY: a handler that only bumps an atomic.
@@ -27,13 +26,13 @@ fn a_program_taking_the_sampling_signal_later_gets_it_to_itself() {
     // The collector checks once a second; burning CPU keeps the clock firing.
     let started = Instant::now();
     while STATE.enabled.load(SeqCst) && started.elapsed() < Duration::from_secs(10) {
-        common::burn_cpu(Duration::from_millis(20));
+        burn_cpu(Duration::from_millis(20));
     }
     assert!(!STATE.enabled.load(SeqCst), "osprey did not step aside");
     // Signals already queued may still arrive; then none.
-    common::burn_cpu(Duration::from_millis(50));
+    burn_cpu(Duration::from_millis(50));
     let after = THEIRS.load(Relaxed);
-    common::burn_cpu(Duration::from_millis(300));
+    burn_cpu(Duration::from_millis(300));
     assert_eq!(THEIRS.load(Relaxed), after, "osprey's clock still signals the program's handler");
     p.stop();
     let _ = std::fs::remove_dir_all(&dir);

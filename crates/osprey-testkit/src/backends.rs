@@ -1,5 +1,7 @@
-//! Loopback HTTP/1.1 receivers with scripted answers, and test profiles.
-#![allow(dead_code)]
+//! Fake backends: loopback HTTP/1.1 receivers with scripted answers, what
+//! they received, and the profiles the delivery tests send.
+
+pub use crate::profile::{gunzip, sample_count};
 
 use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -7,21 +9,29 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// One request a [`Receiver`] received.
 #[derive(Clone, Debug)]
 pub struct Req {
+    /// `GET`, `POST`...
     pub method: String,
+    /// The request target: path and query.
     pub target: String,
+    /// The headers, in order.
     pub headers: Vec<(String, String)>,
+    /// The body (`Content-Length` bytes).
     pub body: Vec<u8>,
 }
 
 impl Req {
+    /// The value of header `k` (any case).
     pub fn header(&self, k: &str) -> Option<&str> {
         self.headers.iter().find(|(h, _)| h.eq_ignore_ascii_case(k)).map(|(_, v)| v.as_str())
     }
+    /// The target without its query.
     pub fn path(&self) -> &str {
         self.target.split('?').next().unwrap()
     }
+    /// Query parameter `k`, percent-decoded.
     pub fn query(&self, k: &str) -> Option<String> {
         let q = self.target.split_once('?')?.1;
         q.split('&').find_map(|kv| {
@@ -31,6 +41,7 @@ impl Req {
     }
 }
 
+/// Decodes `%XX` escapes and `+` (a space) of a query value.
 pub fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::new();
@@ -51,23 +62,31 @@ pub fn percent_decode(s: &str) -> String {
 
 /// What the receiver answers to the n-th request (0-based).
 pub enum Answer {
+    /// This status, these headers, this body.
     Status(u16, Vec<(String, String)>, String),
     /// Reads the request, never answers (keeps the connection open).
     Hang,
 }
 
+/// A loopback HTTP/1.1 server answering as its script says, keeping
+/// every request (a thread per connection, for the whole test binary).
 pub struct Receiver {
+    /// `http://127.0.0.1:PORT`.
     pub url: String,
+    /// Its port.
     pub port: u16,
+    /// What it received, in order.
     pub requests: Arc<Mutex<Vec<Req>>>,
 }
 
 impl Receiver {
+    /// Listens on a free loopback port; `script(n, req)` answers the n-th request.
     pub fn start(script: impl Fn(usize, &Req) -> Answer + Send + Sync + 'static) -> Receiver {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         Self::start_on(l, script)
     }
 
+    /// As [`Receiver::start`], on listener `l`.
     pub fn start_on(l: TcpListener, script: impl Fn(usize, &Req) -> Answer + Send + Sync + 'static) -> Receiver {
         let port = l.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -81,10 +100,12 @@ impl Receiver {
         Receiver { url: format!("http://127.0.0.1:{port}"), port, requests }
     }
 
+    /// How many requests it received.
     pub fn count(&self) -> usize {
         self.requests.lock().unwrap().len()
     }
 
+    /// The requests received once there are `n`, or after `max`.
     pub fn wait_for(&self, n: usize, max: Duration) -> Vec<Req> {
         let t = std::time::Instant::now();
         while self.count() < n && t.elapsed() < max {
@@ -152,6 +173,7 @@ fn serve(s: TcpStream, reqs: &Mutex<Vec<Req>>, script: &(dyn Fn(usize, &Req) -> 
     }
 }
 
+/// 200 with an empty body.
 pub fn ok() -> Answer {
     Answer::Status(200, vec![], String::new())
 }
@@ -185,39 +207,12 @@ pub fn profile(stacks: usize, per: i64, timeline: bool) -> ProfileData {
             s
         })
         .collect();
-    ProfileData {
-        pid: std::process::id() as i32,
-        sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
-        period: ("cpu".into(), "nanoseconds".into(), 10_000_000),
-        start_realtime_ns: 1_700_000_000_000_000_000,
-        duration_ns: 60_000_000_000,
-        samples,
-        comments: vec!["runtime-id=test".into()],
-        lines: false,
-    }
+    ProfileData { comments: vec!["runtime-id=test".into()], ..crate::profile::cpu_data(samples) }
 }
 
+/// `data` as an uncompressed pprof.
 pub fn encoded(data: &ProfileData) -> Vec<u8> {
     prost::Message::encode_to_vec(&osprey_pprof::to_pprof(data))
-}
-
-/// Sum of the first sample type over a pprof (gzip or not).
-pub fn sample_count(pprof: &[u8]) -> i64 {
-    let raw = if pprof.starts_with(&[0x1f, 0x8b]) {
-        let mut v = Vec::new();
-        flate2::read::GzDecoder::new(pprof).read_to_end(&mut v).unwrap();
-        v
-    } else {
-        pprof.to_vec()
-    };
-    let p: osprey_pprof::pprof::Profile = prost::Message::decode(&raw[..]).unwrap();
-    p.sample.iter().map(|s| s.value[0]).sum()
-}
-
-pub fn gunzip(b: &[u8]) -> Vec<u8> {
-    let mut v = Vec::new();
-    flate2::read::GzDecoder::new(b).read_to_end(&mut v).unwrap();
-    v
 }
 
 /// Splits a multipart body: (name, filename, content type, data) per part.

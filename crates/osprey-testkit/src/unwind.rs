@@ -1,43 +1,48 @@
-//! Shared test fixtures: the frameless C library (built here with gcc), a
+//! osprey-unwind's fixtures, shared by its tests and its benchmark: the
+//! frameless C library (`tests/c/frameless.c`, built here with gcc), a
 //! SIGPROF handler that unwinds the interrupted context from its ucontext
 //! (the real case), and symbolization of the captured frames.
-#![allow(dead_code)]
+//!
+//! The handler and its statics are one per test binary: tests that use them
+//! hold [`serial`].
 
 use osprey_unwind::scan::Tracker;
 use osprey_unwind::symbols::Symbols;
 use osprey_unwind::{unwind, ModuleSet, Regs, Shared, StackReader, Walk};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub use crate::run::serial;
 
 /// Builds `tests/c/frameless.c` with `-O2 -fomit-frame-pointer` into `out`
 /// (`extra` adds flags, e.g. `-DFL_MAIN`).
 pub fn build_c(out: &str, extra: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/frameless.c");
-    let dst = Path::new(env!("CARGO_TARGET_TMPDIR")).join(out);
-    let st = Command::new("gcc")
-        .args(["-O2", "-fomit-frame-pointer", "-g", "-o"])
-        .arg(&dst)
-        .arg(&src)
-        .args(extra)
-        .args(["-lz", "-lpthread"])
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc failed");
-    dst
+    let src = crate::paths::crate_dir("osprey-unwind").join("tests/c/frameless.c");
+    // Where cargo's CARGO_TARGET_TMPDIR points: `<target>/tmp`.
+    let tmp = crate::paths::target_dir().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    crate::cc::Cc::new("gcc")
+        .flags(["-O2", "-fomit-frame-pointer", "-g"])
+        .after(extra)
+        .after(["-lz", "-lpthread"])
+        .build(&src, &tmp.join(out))
 }
 
 /// The frameless library, built once and loaded (never unloaded).
 pub struct Lib {
+    /// Where it was built.
     pub path: PathBuf,
+    /// Its `dlopen` handle.
     pub handle: *mut libc::c_void,
 }
 // SAFETY: a dlopen handle is usable from any thread.
 unsafe impl Sync for Lib {}
+// SAFETY: as for Sync: the handle and path may move between threads.
 unsafe impl Send for Lib {}
 
+/// The frameless library, built and loaded at the first call.
 pub fn lib() -> &'static Lib {
     static LIB: OnceLock<Lib> = OnceLock::new();
     LIB.get_or_init(|| {
@@ -51,6 +56,7 @@ pub fn lib() -> &'static Lib {
 }
 
 impl Lib {
+    /// The address of function `name`, as function pointer type `T`.
     pub fn sym<T: Copy>(&self, name: &str) -> T {
         let c = std::ffi::CString::new(name).unwrap();
         // SAFETY: looking up a symbol in our library.
@@ -62,13 +68,8 @@ impl Lib {
     }
 }
 
+/// `fl_run(depth, callback, arg)`: recurses `depth` frameless frames, then calls back.
 pub type RunFn = unsafe extern "C" fn(libc::c_int, Option<extern "C" fn(*mut libc::c_void)>, *mut libc::c_void) -> u64;
-
-/// Serializes the tests that use the one SIGPROF handler and its statics.
-pub fn serial() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 static SHARED: OnceLock<Arc<Shared<ModuleSet>>> = OnceLock::new();
 static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
@@ -88,6 +89,7 @@ pub fn refresh_report() -> (Arc<Shared<ModuleSet>>, bool) {
     (t.shared().clone(), r.published)
 }
 
+/// The most frames the handler records.
 pub const MAX_FRAMES: usize = 256;
 static FRAMES: [AtomicU64; MAX_FRAMES] = [const { AtomicU64::new(0) }; MAX_FRAMES];
 static LEN: AtomicUsize = AtomicUsize::new(0);
@@ -173,10 +175,12 @@ pub struct Namer {
 }
 
 impl Namer {
+    /// A namer over the modules of `set`.
     pub fn new(set: Arc<Shared<ModuleSet>>) -> Namer {
         Namer { set, syms: HashMap::new() }
     }
 
+    /// The name of frame `addr` (`leaf`: the interrupted instruction itself).
     pub fn name(&mut self, addr: u64, leaf: bool) -> String {
         let at = if leaf { addr } else { addr - 1 };
         let found = self.set.read(|s| s.module_for(at).map(|m| (m.path.clone(), at - m.bias))).unwrap();
@@ -190,6 +194,7 @@ impl Namer {
         }
     }
 
+    /// The names of `frames`, leaf first.
     pub fn names(&mut self, frames: &[u64]) -> Vec<String> {
         frames.iter().enumerate().map(|(i, &f)| self.name(f, i == 0)).collect()
     }

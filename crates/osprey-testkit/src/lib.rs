@@ -1,0 +1,22 @@
+//! Helpers shared by osprey's integration tests and benchmarks, one module
+//! per topic. Every crate's tests take them from here instead of keeping a
+//! copy: the built binaries ([`paths`]), unique temporary directories
+//! ([`tmp`]), C fixtures ([`cc`]), measured child runs and CPU clocks
+//! ([`run`]), reading profiles back ([`profile`]), CPython interpreters and
+//! [`per_interpreter!`] ([`python`]), loopback backends ([`backends`]) and
+//! the SIGPROF unwinding fixture of osprey-unwind ([`unwind`]).
+//!
+//! Nothing here reaches into osprey's internals: the kit must keep working
+//! whatever the crates under test reorganise.
+
+pub mod backends;
+pub mod cc;
+pub mod paths;
+pub mod profile;
+pub mod python;
+pub mod run;
+pub mod tmp;
+pub mod unwind;
+
+pub use paths::osprey;
+pub use tmp::tempdir;
