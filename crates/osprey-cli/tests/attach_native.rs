@@ -6,35 +6,21 @@
 //! compiler; perf_event_open allowed (root, or kernel.perf_event_paranoid <= 1).
 
 use osprey_pprof::pprof::Profile;
+use osprey_testkit::cc::Cc;
+use osprey_testkit::{osprey, tempdir};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let d = std::env::temp_dir().join(format!("osprey-attach-{tag}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// `tests/c/NAME.c` built with `-O2 -fomit-frame-pointer` into `dir`.
 fn build_c(dir: &Path, name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let bin = dir.join(name);
-    let st = Command::new("cc")
-        .args(["-O2", "-fomit-frame-pointer", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(src)
-        .status()
-        .expect("cc (install gcc)");
-    assert!(st.success(), "compiling {name}.c");
-    bin
+    Cc::new("cc").flags(FRAMELESS).build(&src, &dir.join(name))
 }
+
+/// Optimized, without frame pointers: the unwinder needs the CFI tables.
+const FRAMELESS: [&str; 3] = ["-O2", "-fomit-frame-pointer", "-pthread"];
 
 /// Each sample's function names (leaf first) and CPU nanoseconds.
 fn stacks(p: &Profile) -> Vec<(Vec<String>, i64)> {

@@ -11,31 +11,15 @@
 //! `[signals blocked]`, and one line saying why.
 
 use osprey_pprof::pprof::Profile;
+use osprey_testkit::cc::compile_source;
+use osprey_testkit::run::{run_measured, Run};
+use osprey_testkit::{osprey, tempdir};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("osprey-blocked-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// What a run left: exit status, stderr, the child's CPU time (rusage), profiles.
-struct Run {
-    code: Option<i32>,
-    stderr: String,
-    cpu_ns: i64,
-    profiles: Vec<Profile>,
-}
-
-/// `osprey exec --hz HZ --out DIR -- PROGRAM ARGS`; waits with `wait4` to
-/// read the program's own CPU time.
+/// `osprey exec --hz HZ --out DIR/profiles OPTIONS -- PROGRAM ARGS` (started
+/// by `wrapper` if given), measured with the kit's `run_measured`.
 fn run(hz: u32, dir: &Path, program: &Path, args: &[&str]) -> Run {
     run_under(None, &[], hz, dir, program, args)
 }
@@ -44,7 +28,6 @@ fn run(hz: u32, dir: &Path, program: &Path, args: &[&str]) -> Run {
 /// and `options` given to `osprey exec`.
 fn run_under(wrapper: Option<&Path>, options: &[&str], hz: u32, dir: &Path, program: &Path, args: &[&str]) -> Run {
     let out = dir.join("profiles");
-    let se = dir.join("stderr");
     let mut cmd = match wrapper {
         Some(w) => {
             let mut c = Command::new(w);
@@ -53,41 +36,14 @@ fn run_under(wrapper: Option<&Path>, options: &[&str], hz: u32, dir: &Path, prog
         }
         None => Command::new(osprey()),
     };
-    let child = cmd
-        .args(["exec", "--hz", &hz.to_string(), "--out"])
+    cmd.args(["exec", "--hz", &hz.to_string(), "--out"])
         .arg(&out)
         .args(options)
         .arg("--")
         .arg(program)
         .args(args)
-        .env("OSPREY_VERBOSE", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(&se).unwrap()))
-        .spawn()
-        .unwrap();
-    let (mut status, mut ru) = (0, zeroed_rusage());
-    // SAFETY: waits for our own child (reaped here, with its rusage); valid out pointers.
-    unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    // Reaped by wait4 above: `Child` must not wait again, only be forgotten.
-    std::mem::forget(child);
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    let cpu_ns =
-        (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1_000_000_000 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1_000;
-    let profiles = std::fs::read_dir(&out)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-                .map(|p| osprey_pprof::read_profile(&p).unwrap())
-                .collect()
-        })
-        .unwrap_or_default();
-    Run { code, stderr: std::fs::read_to_string(se).unwrap(), cpu_ns, profiles }
-}
-
-fn zeroed_rusage() -> libc::rusage {
-    // SAFETY: an all-zero rusage is a valid value to be overwritten.
-    unsafe { std::mem::zeroed() }
+        .env("OSPREY_VERBOSE", "1");
+    run_measured(&mut cmd, dir, &out)
 }
 
 /// One profile sample, flattened: thread, CPU ns, function names leaf first.
@@ -256,16 +212,7 @@ int main(int argc, char **argv) {
 
 /// Compiles C `source` into `dir/name`.
 fn compile(dir: &Path, name: &str, source: &str) -> PathBuf {
-    let (src, exe) = (dir.join(format!("{name}.c")), dir.join(name));
-    std::fs::write(&src, source).unwrap();
-    let st = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("cc (install gcc)");
-    assert!(st.success(), "compiling {name}.c");
-    exe
+    compile_source(dir, name, source)
 }
 
 /// Runs its arguments as a command with `perf_event_open` failing with

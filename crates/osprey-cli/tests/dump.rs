@@ -4,30 +4,17 @@
 //! Needs the osprey binary built (`cargo build -p osprey-cli`), a C compiler
 //! and ptrace allowed on one's own processes.
 
+use osprey_testkit::cc::Cc;
+use osprey_testkit::{osprey, tempdir};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn osprey() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_osprey"))
-}
-
 /// `tests/c/dump_blocked.c` built with `-O2 -fomit-frame-pointer`.
 fn blocked_c() -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("osprey-dump-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/dump_blocked.c");
-    let bin = dir.join("dump_blocked");
-    let st = Command::new("cc")
-        .args(["-O2", "-fomit-frame-pointer", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(src)
-        .status()
-        .expect("cc (install gcc)");
-    assert!(st.success(), "compiling dump_blocked.c");
-    bin
+    Cc::new("cc").flags(["-O2", "-fomit-frame-pointer", "-pthread"]).build(&src, &tempdir("dump").join("dump_blocked"))
 }
 
 /// Starts the program with `threads` sleeping threads; returns once they run.

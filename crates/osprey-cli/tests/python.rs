@@ -140,12 +140,9 @@ fn one_line_error(args: &[&str]) -> String {
 #[test]
 fn attach_bad_targets() {
     let _serial = serial();
-    let sleep = Running(Command::new("/bin/sleep").arg("30").spawn().unwrap());
-    std::thread::sleep(Duration::from_millis(100));
+    // A native process is attached to as well (tests/attach_native.rs).
     let out = tempdir("bad");
     let o = out.to_str().unwrap();
-    let err = one_line_error(&["attach", "--pid", &sleep.0.id().to_string(), "--duration", "1", "--out", o]);
-    assert!(err.contains("not a CPython process"), "{err}");
     let err = one_line_error(&["attach", "--pid", "999999", "--duration", "1", "--out", o]);
     assert!(err.contains("no process with pid 999999"), "{err}");
 }

@@ -57,7 +57,8 @@ fn ci() -> bool {
 }
 
 /// liblzma's worker threads block every signal: they are never signalled,
-/// their CPU time is in the profile under `[signals blocked]`, said once
+/// their CPU time is in the profile (with stacks through their perf events,
+/// or under `[signals blocked]` where the kernel refuses those), said once
 /// per thread on stderr, and the profile's CPU total matches the process's.
 #[test]
 fn threads_that_block_signals_are_accounted() {
@@ -84,7 +85,13 @@ fn threads_that_block_signals_are_accounted() {
         blocked / 1_000_000
     );
     assert!(r.stderr.contains("blocks the sampling signal"), "nothing said: {}", r.stderr);
-    assert!(blocked > total / 2, "workers' CPU not accounted: {blocked} of {total} ns");
+    if r.stderr.contains("reported under [signals blocked]") {
+        // perf_event_open refused: the workers' CPU is accounted without stacks.
+        assert!(blocked > total / 2, "workers' CPU not accounted: {blocked} of {total} ns");
+    } else {
+        // Sampled through their perf events: stacks, not `[signals blocked]`.
+        assert!(blocked * 20 < total, "workers' CPU left without stacks: {blocked} of {total} ns");
+    }
     let ratio = total as f64 / r.cpu_ns as f64;
     assert!((0.85..=1.1).contains(&ratio), "profile CPU {total} ns vs process {} ns", r.cpu_ns);
 }

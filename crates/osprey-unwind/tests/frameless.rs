@@ -111,6 +111,7 @@ fn zlib_thread_reaches_its_caller() {
 
 /// Whether `pc` lies in the system libz (and not in our library).
 fn namer_module_is(_name: &str, pc: u64, _l: &Lib) -> bool {
+    // SAFETY: an all-zero Dl_info is a valid value for dladdr to fill.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr on an address of this process (test side, not a handler).
     if unsafe { libc::dladdr(pc as *const libc::c_void, &mut info) } == 0 || info.dli_fname.is_null() {

@@ -1,0 +1,74 @@
+//! The end-of-run lines of `osprey exec` tell the truth: what each
+//! destination received, never "no samples" when samples were taken, and
+//! osprey's own threads are never reported as the program's.
+
+use osprey_testkit::backends::{ok, Receiver};
+use osprey_testkit::{osprey, tempdir};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A dash loop of about half a second of CPU; dash ends with `_exit`, the
+/// path on which the last profile used to miss the backends.
+fn busy_script(dir: &Path) -> PathBuf {
+    let s = dir.join("busy.sh");
+    std::fs::write(&s, "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done\n").unwrap();
+    s
+}
+
+/// Runs `osprey exec ARGS -- sh SCRIPT` in `dir`; returns its stderr.
+fn exec(dir: &Path, args: &[&str]) -> String {
+    let script = busy_script(dir);
+    let out = std::process::Command::new(osprey())
+        .current_dir(dir)
+        .args(["exec", "--hz", "200"])
+        .args(args)
+        .arg("--")
+        .arg("/bin/sh")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn assert_no_false_alarm(err: &str) {
+    assert!(!err.contains("no samples"), "samples were taken:\n{err}");
+    assert!(!err.contains("osprey-upload"), "osprey's upload thread reported as the program's:\n{err}");
+}
+
+#[test]
+fn backend_up_counts_what_it_accepted() {
+    let dir = tempdir("msg-up");
+    let r = Receiver::start(|_, _| ok());
+    let err = exec(&dir, &["--otlp", &r.url]);
+    assert_no_false_alarm(&err);
+    let line = err.lines().find(|l| l.starts_with("osprey: otlp: ")).unwrap_or_else(|| panic!("no otlp line:\n{err}"));
+    assert!(line.contains("1 profile delivered to"), "{err}");
+    assert!(!line.contains("not delivered"), "{err}");
+    assert_eq!(r.wait_for(1, Duration::from_secs(5)).len(), 1, "{err}");
+    assert!(!dir.join("profiles").exists(), "a backend alone writes no files");
+}
+
+#[test]
+fn backend_down_says_what_was_lost_and_why() {
+    let dir = tempdir("msg-down");
+    // A port nothing listens on: connections are refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let err = exec(&dir, &["--otlp", &url, "--exit-wait", "1"]);
+    assert_no_false_alarm(&err);
+    let line = err.lines().find(|l| l.starts_with("osprey: otlp: ")).unwrap_or_else(|| panic!("no otlp line:\n{err}"));
+    assert!(line.contains("0 profiles delivered"), "{err}");
+    assert!(line.contains("1 not delivered by exit"), "{err}");
+    assert!(line.contains("last error"), "{err}");
+}
+
+#[test]
+fn files_alone_are_named() {
+    let dir = tempdir("msg-files");
+    let err = exec(&dir, &["--out", "p"]);
+    assert_no_false_alarm(&err);
+    let line = err.lines().last().unwrap_or_default();
+    assert!(line.starts_with("osprey: 1 profile written: "), "{err}");
+    assert!(!err.contains("delivered"), "{err}");
+}
