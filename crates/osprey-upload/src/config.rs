@@ -26,10 +26,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use crate::error::ConfigError;
+use crate::error::Error;
 
-fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError(msg.into()))
+fn err<T>(msg: impl Into<String>) -> Result<T, Error> {
+    Err(Error::Config(msg.into()))
 }
 
 /// What the command line said (None: not given). `Some("")` for a backend
@@ -176,7 +176,7 @@ pub struct Url {
 
 impl Url {
     /// Parses `s`; errors name `what` (the flag or variable).
-    pub fn parse(s: &str, what: &str) -> Result<Url, ConfigError> {
+    pub fn parse(s: &str, what: &str) -> Result<Url, Error> {
         let s = s.trim();
         let Some((scheme, rest)) = s.split_once("://") else {
             return err(format!("{what}: {s:?} is not a URL (expected http://HOST[:PORT][/PATH])"));
@@ -264,25 +264,25 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// `KEY:VALUE` (or `KEY=VALUE` with `sep = '='`).
-fn parse_tag(t: &str, sep: char, what: &str) -> Result<(String, String), ConfigError> {
+fn parse_tag(t: &str, sep: char, what: &str) -> Result<(String, String), Error> {
     match t.split_once(sep) {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
         _ => err(format!("{what}: tag {t:?} is not KEY{sep}VALUE")),
     }
 }
 
-fn parse_list(s: &str, seps: &[char], sep: char, what: &str) -> Result<Vec<(String, String)>, ConfigError> {
+fn parse_list(s: &str, seps: &[char], sep: char, what: &str) -> Result<Vec<(String, String)>, Error> {
     s.split(seps).map(str::trim).filter(|t| !t.is_empty()).map(|t| parse_tag(t, sep, what)).collect()
 }
 
-fn parse_secs(v: &str, what: &str) -> Result<Duration, ConfigError> {
+fn parse_secs(v: &str, what: &str) -> Result<Duration, Error> {
     match v.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && (0.0..=3600.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
         _ => err(format!("{what}: {v:?} is not a number of seconds (0-3600)")),
     }
 }
 
-fn parse_bool(v: &str, what: &str) -> Result<bool, ConfigError> {
+fn parse_bool(v: &str, what: &str) -> Result<bool, Error> {
     match v.trim() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" | "" => Ok(false),
@@ -298,16 +298,12 @@ fn push_tag(tags: &mut Vec<(String, String)>, (k, v): (String, String)) {
 impl UploadConfig {
     /// The preloaded agent's configuration: `OSPREY_*` and ecosystem
     /// variables of this process. `program`: the service when none is set.
-    pub fn from_env(program: &str) -> Result<UploadConfig, ConfigError> {
+    pub fn from_env(program: &str) -> Result<UploadConfig, Error> {
         Self::resolve(&Flags::default(), program, &|k| std::env::var(k).ok())
     }
 
     /// Flags, then `OSPREY_*`, then ecosystem variables, through `get`.
-    pub fn resolve(
-        flags: &Flags,
-        program: &str,
-        get: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<UploadConfig, ConfigError> {
+    pub fn resolve(flags: &Flags, program: &str, get: &dyn Fn(&str) -> Option<String>) -> Result<UploadConfig, Error> {
         let raw = |k: &str| get(k);
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let mut c = UploadConfig::default();
@@ -425,7 +421,7 @@ impl UploadConfig {
         // machine-wide, and every profiled process would read the bundle.
         if let Some(f) = get("SSL_CERT_FILE").filter(|_| any_backend) {
             crate::http::certificates(std::path::Path::new(&f))
-                .map_err(|e| ConfigError(format!("SSL_CERT_FILE: {e}")))?;
+                .map_err(|e| Error::Config(format!("SSL_CERT_FILE: {e}")))?;
             c.ca_file = Some(PathBuf::from(f));
         }
         let files = match raw("OSPREY_FILES") {
@@ -565,7 +561,7 @@ fn parse_size(v: &str) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn resolve(flags: &Flags, vars: &[(&str, &str)]) -> Result<UploadConfig, ConfigError> {
+    fn resolve(flags: &Flags, vars: &[(&str, &str)]) -> Result<UploadConfig, Error> {
         let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         UploadConfig::resolve(flags, "prog", &move |k| vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone()))
     }
@@ -618,7 +614,7 @@ mod tests {
 
     #[test]
     fn bad_configuration_is_one_line_naming_its_source() {
-        let e = |f: Flags, vars: &[(&str, &str)]| resolve(&f, vars).unwrap_err().0;
+        let e = |f: Flags, vars: &[(&str, &str)]| resolve(&f, vars).unwrap_err().to_string();
         assert!(e(dd("ftp://x"), &[]).starts_with("--datadog: unsupported scheme \"ftp\""));
         assert!(e(dd("localhost:8126"), &[]).starts_with("--datadog: \"localhost:8126\" is not a URL"));
         assert!(e(dd("http://h:99999"), &[]).contains("bad port"));

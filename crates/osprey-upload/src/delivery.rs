@@ -8,7 +8,7 @@
 //! makes a new one (upload threads do not survive `fork`, and the child has
 //! its own runtime id).
 
-use crate::{BackendStats, ConfigError, Language, Meta, UploadConfig, Uploader};
+use crate::{BackendStats, Error, Language, Meta, UploadConfig, Uploader};
 use osprey_pprof::ProfileData;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -36,12 +36,7 @@ impl Delivery {
     }
 
     /// [`UploadConfig::from_env`] (the preloaded agent), for this process.
-    pub fn from_env(
-        program: &str,
-        runtime_id: &str,
-        language: Language,
-        period: Duration,
-    ) -> Result<Delivery, ConfigError> {
+    pub fn from_env(program: &str, runtime_id: &str, language: Language, period: Duration) -> Result<Delivery, Error> {
         let cfg = UploadConfig::from_env(program)?;
         let meta = Meta::new(runtime_id, std::process::id() as i32, language);
         Ok(Delivery::new(cfg, meta, period))

@@ -3,24 +3,12 @@
 use std::fmt;
 use std::path::PathBuf;
 
-/// A configuration error: one line naming the flag or variable at fault.
-/// Wrapped as [`Error::Config`] where other errors can occur too.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
 /// What can go wrong in osprey-upload. Each message is one line.
 #[derive(Debug)]
 pub enum Error {
-    /// A flag or variable at fault (what [`UploadConfig::resolve`](crate::UploadConfig::resolve) rejects).
-    Config(ConfigError),
+    /// A flag or variable at fault (what [`UploadConfig::resolve`](crate::UploadConfig::resolve)
+    /// rejects): one line naming it.
+    Config(String),
     /// A profile handed for delivery does not decode as pprof.
     Decode(prost::DecodeError),
     /// A PEM file cannot be read.
@@ -32,7 +20,7 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Config(e) => e.fmt(f),
+            Error::Config(e) => f.write_str(e),
             Error::Decode(e) => write!(f, "decoding the pprof: {e}"),
             Error::ReadPem(path, e) => write!(f, "cannot read {}: {e}", path.display()),
             Error::NoCertificate(path) => write!(f, "no PEM certificate in {}", path.display()),
@@ -43,17 +31,11 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Config(e) => Some(e),
+            Error::Config(_) => None,
             Error::Decode(e) => Some(e),
             Error::ReadPem(_, e) => Some(e),
             Error::NoCertificate(_) => None,
         }
-    }
-}
-
-impl From<ConfigError> for Error {
-    fn from(e: ConfigError) -> Error {
-        Error::Config(e)
     }
 }
 

@@ -32,7 +32,7 @@ pub mod queue;
 pub mod report;
 pub mod worker;
 
-pub use config::{Backend, ConfigError, Endpoint, Flags, UploadConfig};
+pub use config::{Backend, Endpoint, Flags, UploadConfig};
 pub use delivery::Delivery;
 pub use error::Error;
 pub use report::RunReport;

@@ -59,7 +59,7 @@ fn config(url: &str, vars: &[(&str, String)]) -> Result<UploadConfig, String> {
     let vars = vars.to_vec();
     let mut c =
         UploadConfig::resolve(&flags, "test", &move |k| vars.iter().find(|(v, _)| *v == k).map(|(_, x)| x.clone()))
-            .map_err(|e| e.0)?;
+            .map_err(|e| e.to_string())?;
     c.retry_base = Duration::from_millis(50);
     c.retry_max = Duration::from_millis(200);
     c.timeout = Duration::from_secs(3);

@@ -217,7 +217,7 @@ impl Config {
                 osprey_upload::UploadConfig::resolve(&Default::default(), program.as_deref().unwrap_or(""), &|k| {
                     get(k)
                 })
-                .map_err(|e| Error::config("delivery", e.0))?;
+                .map_err(|e| Error::config("delivery", e.to_string()))?;
             if let Some(dir) = &up.out {
                 c.out_dir = dir.clone();
             }
