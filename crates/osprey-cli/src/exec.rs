@@ -147,34 +147,6 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     Ok(supervise::end_like(ended))
 }
 
-/// `osprey attach`: a CPython process is sampled by `osprey-python`, any
-/// other by `perf_event_open` ([`crate::attach_native`]).
-pub fn attach(pid: i32, duration: Option<f64>, s: &Sampling) -> Result<u8, Failure> {
-    let duration = match duration {
-        Some(d) if !(d > 0.0 && d.is_finite()) => {
-            return Err(Failure::usage(format!("--duration {d} must be positive")))
-        }
-        d => d.map(Duration::from_secs_f64),
-    };
-    crate::target::check(pid)?;
-    if !osprey_python::is_cpython_process(pid) {
-        return crate::attach_native::run(pid, duration, s);
-    }
-    let up = delivery(s, &python_program_name(pid))?;
-    let cfg = check_sampling(s, &up)?;
-    let opts = python_options(&cfg, &up, duration, s);
-    let stop = stop_on_ctrl_c();
-    let meta = osprey_upload::Meta::new(osprey_upload::new_runtime_id(), pid, osprey_upload::Language::Python);
-    let mut delivery = osprey_upload::Delivery::new(up.clone(), meta, cfg.period);
-    let result = osprey_python::attach_with_sink(pid, &opts, stop, &mut |data| delivery.flush(data, Vec::new));
-    report_uploads(&delivery.finish(), s.quiet);
-    let summary = result.map_err(|e| Failure::from(e.to_string()))?;
-    if !s.quiet {
-        print_summary(&summary, up.uploads());
-    }
-    Ok(0)
-}
-
 /// The delivery configuration: flags, then OSPREY_* and ecosystem variables.
 pub(crate) fn delivery(s: &Sampling, program: &str) -> Result<osprey_upload::UploadConfig, Failure> {
     let d = &s.delivery;
@@ -194,19 +166,11 @@ pub(crate) fn delivery(s: &Sampling, program: &str) -> Result<osprey_upload::Upl
         .map_err(|e| Failure::usage(e.to_string()))
 }
 
-fn base_name(p: &str) -> &str {
+pub(crate) fn base_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
-/// The service name of a CPython process by default: its script's name
-/// without `.py`, else `python`.
-fn python_program_name(pid: i32) -> String {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-    script_name(&args)
-}
-
-fn script_name(args: &[String]) -> String {
+pub(crate) fn script_name(args: &[String]) -> String {
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
         if a == "-m" {
@@ -227,7 +191,7 @@ pub(crate) fn report_uploads<'a>(stats: impl IntoIterator<Item = &'a osprey_uplo
     hints::upload_lines(stats, quiet).iter().for_each(|l| eprintln!("{l}"));
 }
 
-fn python_options(
+pub(crate) fn python_options(
     cfg: &osprey::Config,
     up: &osprey_upload::UploadConfig,
     duration: Option<Duration>,
@@ -243,24 +207,6 @@ fn python_options(
         native: s.native,
         blocking: s.blocking,
         from_start: false,
-    }
-}
-
-/// `uploads`: profiles went to a backend, whose lines said how many arrived.
-fn print_summary(s: &osprey_python::Summary, uploads: bool) {
-    s.warnings.iter().for_each(|w| eprintln!("osprey: {w}"));
-    if let Some(n) = &s.native {
-        eprintln!(
-            "osprey: --native: {} stacks unwound: {} merged, {} native walks ended early, {} unmatched",
-            n.unwound, n.matched, n.native_truncated, n.unmatched
-        );
-    }
-    let names: Vec<String> = s.files.iter().map(|p| p.display().to_string()).collect();
-    match names.len() {
-        0 if s.samples > 0 && uploads => {}
-        0 if s.samples > 0 => eprintln!("osprey: {} samples taken, yet no profile written (see above)", s.samples),
-        0 => eprintln!("osprey: no samples ({} sampling passes); no profile written", s.passes_done),
-        n => eprintln!("osprey: {} samples; {n} profile(s) written: {}", s.samples, names.join(" ")),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The `osprey` command: `exec`, `attach`, `report`.
 
+mod attach;
 mod attach_native;
 mod dump;
 mod dump_python;
@@ -174,7 +175,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Exec { sampling, children, cmd } => exec::exec(&sampling, children, &cmd),
-        Cmd::Attach { pid, duration, sampling } => exec::attach(pid, duration, &sampling),
+        Cmd::Attach { pid, duration, sampling } => attach::attach(pid, duration, &sampling),
         Cmd::Dump { pid, json, native } => dump::run(pid, json, native),
         Cmd::Report { files, top, flamegraph, sample_index, pid, process } => {
             let filter = report::Filter { pids: pid, processes: process };
