@@ -166,7 +166,7 @@ pub(crate) fn delivery(s: &Sampling, program: &str) -> Result<osprey_upload::Upl
         .map_err(|e| Failure::usage(e.to_string()))
 }
 
-pub(crate) fn base_name(p: &str) -> &str {
+fn base_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
