@@ -7,7 +7,9 @@ this script around each run), not wall time: the machine may be loaded.
 
     python3 crates/osprey-cli/bench/start_cost.py [N] [RUNS]
 Environment: OSPREY (default target/release/osprey), BENCH_CMD (default
-/bin/true) to time another command per iteration.
+/bin/true) to time another command per iteration, OSPREY_BEFORE (another
+`osprey` binary, with its libosprey_preload.so beside it) to alternate
+with as well.
 """
 import os, resource, statistics, subprocess, sys, tempfile
 
@@ -26,12 +28,18 @@ def cpu(argv):
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-plain, agent = [], []
+binaries = {"osprey": osprey}
+if os.environ.get("OSPREY_BEFORE"):
+    binaries = {"before": os.environ["OSPREY_BEFORE"], "after": osprey}
+plain, agent = [], {k: [] for k in binaries}
 for _ in range(runs):
     plain.append(cpu(["sh", "-c", loop]))
-    agent.append(cpu([osprey, "exec", "--children", "--out", out, "--", "sh", "-c", loop]))
-p, a = statistics.median(plain), statistics.median(agent)
+    for k, b in binaries.items():
+        agent[k].append(cpu([b, "exec", "--children", "--out", out, "--", "sh", "-c", loop]))
+p = statistics.median(plain)
 print(f"command: {loop}")
 print(f"alone:  median {p*1000:.1f} ms CPU  runs {[round(x*1000, 1) for x in plain]}")
-print(f"osprey: median {a*1000:.1f} ms CPU  runs {[round(x*1000, 1) for x in agent]}")
-print(f"ratio x{a/p:.2f}; agent {(a-p)/(n+1)*1000:.3f} ms CPU per process")
+for k, xs in agent.items():
+    a = statistics.median(xs)
+    print(f"{k}: median {a*1000:.1f} ms CPU  runs {[round(x*1000, 1) for x in xs]}")
+    print(f"  ratio x{a/p:.2f}; agent {(a-p)/(n+1)*1000:.3f} ms CPU per process")
