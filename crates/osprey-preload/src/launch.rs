@@ -43,8 +43,11 @@ pub fn decide() -> Role {
         remove_self_from_ld_preload();
         return Role::Skip;
     }
-    match std::env::var("OSPREY_PYTHON_SAMPLER").ok().and_then(|v| watcher(&v)) {
-        Some(pid) if is_cpython() => {
+    // The symbol lookup first: the watcher's `stat` is read only inside
+    // CPython, not in every process of the tree.
+    let sampler = std::env::var("OSPREY_PYTHON_SAMPLER").ok();
+    match sampler.filter(|_| is_cpython()).and_then(|v| watcher(&v)) {
+        Some(pid) => {
             // SAFETY: SIGCHLD to `osprey exec`, which blocks it and waits for it.
             unsafe { libc::kill(pid, libc::SIGCHLD) };
             Role::Python

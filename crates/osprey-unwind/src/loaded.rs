@@ -108,6 +108,10 @@ pub fn loaded() -> (Option<Generation>, Vec<Loaded>) {
 /// through `/proc/<pid>/root` (another mount namespace or a chroot: a
 /// container), else as named.
 pub fn file_of(pid: u32, path: &Path) -> PathBuf {
+    // This process's own root is ours: no walk through `/proc` needed.
+    if pid == std::process::id() {
+        return path.to_path_buf();
+    }
     let under = Path::new("/proc").join(pid.to_string()).join("root").join(path.strip_prefix("/").unwrap_or(path));
     if under.exists() {
         under

@@ -89,7 +89,10 @@ fn run(agent: &'static Agent) {
     let (lock, cv) = &*agent.control;
     let now = Instant::now();
     let drain_interval = drain_interval(cfg);
-    let (mut next_scan, mut next_drain, mut next_flush) = (now, now + drain_interval, now + cfg.period);
+    // The first scan after one interval: a process that ends sooner is
+    // checked once, by the final flush, rather than listed at start too.
+    let (mut next_scan, mut next_drain, mut next_flush) =
+        (now + cfg.scan_interval, now + drain_interval, now + cfg.period);
     let mut next_takeover_check = now + TAKEOVER_CHECK;
     // Wall time: blocked threads sampled here, running ones through their CPU clocks.
     let mut wall = cfg.wall.then(|| crate::wall::sampler::Sampler::new(cfg.wall_hz, cfg.wall_threads));

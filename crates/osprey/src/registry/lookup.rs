@@ -112,6 +112,7 @@ impl Registry {
             return None;
         };
         let rec = self.record(idx as usize)?;
+        self.high_water.fetch_max(idx as usize + 1, Release);
         rec.tid.store(tid, Relaxed);
         rec.origin.store(origin as u32, Relaxed);
         rec.registered_ns.store(now_ns, Relaxed);

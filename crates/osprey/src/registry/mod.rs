@@ -26,6 +26,8 @@
 //!   (Release) after pushing, the collector clears it (Acquire swap) before
 //!   draining, so a push that races the drain sets it again and is seen by
 //!   the next drain.
+//! - `high_water` is raised (before the claimed record's state is
+//!   published) past every index ever claimed, and never lowered.
 //! - The free list is a Treiber stack whose head packs `(tag << 32) | (index + 1)`;
 //!   every successful CAS bumps the tag, so a head that was popped and pushed
 //!   back in between (ABA) fails the CAS.
@@ -47,6 +49,10 @@ pub struct Registry {
     growable: bool,
     free_head: AtomicU64,
     free_count: AtomicUsize,
+    /// One past the highest record index ever claimed: records at or above
+    /// it have always been free, so [`Registry::for_each_active`] stops
+    /// there instead of faulting in one page per record of the pool.
+    high_water: AtomicUsize,
     tid_table: *const AtomicU32,
     /// Per-tid nesting depth of osprey signal handlers (see `handler_depth`).
     depth_table: *const AtomicU32,

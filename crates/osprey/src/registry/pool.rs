@@ -47,6 +47,7 @@ impl Registry {
             growable: cfg.growable,
             free_head: AtomicU64::new(0),
             free_count: AtomicUsize::new(0),
+            high_water: AtomicUsize::new(0),
             tid_table,
             depth_table,
             dirty,
@@ -200,9 +201,11 @@ impl Registry {
         }
     }
 
-    /// Visits every record index that is not free.
+    /// Visits every record index that is not free. Only indices below the
+    /// high-water mark are looked at: the pool's untouched records stay
+    /// uncommitted (one page each).
     pub fn for_each_active(&self, mut f: impl FnMut(usize, &'static Record)) {
-        for i in 0..self.capacity() {
+        for i in 0..self.capacity().min(self.high_water.load(Acquire)) {
             if let Some(r) = self.record(i) {
                 if r.state() != RecordState::Free {
                     f(i, r);

@@ -19,6 +19,13 @@
 //! Either way no handler writes the old table once the scan has passed it.
 //! There is no time-out: the collector waits (handlers are bounded).
 //!
+//! # Invariant U (the scan's bound)
+//! A slot's index is below `used` before its first hazard store: the
+//! `fetch_max` is sequenced before that put's SeqCst fence, so a collector
+//! whose fence follows it reads `used` past the slot. Later puts on the slot
+//! (the same thread, or the next owner of its record, which the registry's
+//! free list orders after it) find the slot's mark set and skip the RMW.
+//!
 //! Every hazard store is `Release` and the scan loads with `Acquire`: the value
 //! the collector reads may be the *next* put's hazard rather than the clear,
 //! and it must still happen-after the previous put's writes.
@@ -30,39 +37,51 @@ use super::sync::{fence, spin_wait, AtomicUsize, Ordering::*};
 /// Each failed attempt means a rotation completed its swap in between.
 pub(crate) const MAX_PROTECT_TRIES: usize = 8;
 
-#[repr(align(64))]
-pub(crate) struct HazardSlot(AtomicUsize);
+#[repr(C, align(64))]
+pub(crate) struct HazardSlot(AtomicUsize, AtomicUsize);
 
 pub(crate) struct Hazards {
     /// One cache line per possible thread record; zero (no hazard) until a
     /// put uses it, so the slots of threads that never ran cost no memory.
     slots: ZeroedBuf<HazardSlot>,
+    /// One past the highest slot ever used (invariant U): the collector's
+    /// scan stops there, so the slots of records never used are never
+    /// touched (no page faults on a fresh storage).
+    used: AtomicUsize,
 }
 
-// SAFETY: a zero AtomicUsize is 0, the "no hazard" value.
+// SAFETY: zero AtomicUsizes: no hazard, slot not yet counted in `used`.
 unsafe impl Zeroable for HazardSlot {
     #[cfg(loom)]
     fn zero() -> Self {
-        HazardSlot(AtomicUsize::new(0))
+        HazardSlot(AtomicUsize::new(0), AtomicUsize::new(0))
     }
 }
 
 impl Hazards {
     /// Not signal-safe (maps memory once, up front).
     pub(crate) fn new(threads: usize) -> std::io::Result<Self> {
-        Ok(Hazards { slots: ZeroedBuf::new(threads)? })
+        Ok(Hazards { slots: ZeroedBuf::new(threads)?, used: AtomicUsize::new(0) })
     }
 
-    /// Signal-safe. `None` when `thread_slot` is out of range.
+    /// Signal-safe. `None` when `thread_slot` is out of range. The first use
+    /// of a slot raises `used` past it (one RMW per slot, ever) before any
+    /// hazard is published on it; the slot's second word remembers that.
     #[inline(always)]
     pub(crate) fn slot(&self, thread_slot: usize) -> Option<&HazardSlot> {
-        self.slots.as_slice().get(thread_slot)
+        let s = self.slots.as_slice().get(thread_slot)?;
+        if s.1.load(Relaxed) == 0 {
+            self.used.fetch_max(thread_slot + 1, SeqCst);
+            s.1.store(1, Relaxed);
+        }
+        Some(s)
     }
 
     /// Collector: spins until no slot protects table `index` (invariant H).
     /// Must follow the swap of `active` and a `fence(SeqCst)`.
     pub(crate) fn wait_until_clear(&self, index: usize) {
-        for s in self.slots.as_slice() {
+        let used = self.used.load(SeqCst).min(self.slots.as_slice().len());
+        for s in &self.slots.as_slice()[..used] {
             let mut round = 0;
             while s.0.load(Acquire) == index.wrapping_add(1) {
                 spin_wait(round);
