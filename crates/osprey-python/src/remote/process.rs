@@ -180,8 +180,11 @@ pub(crate) struct ElfInfo {
 }
 
 pub(crate) fn elf_info(path: &Path, wanted: &[&str]) -> io::Result<ElfInfo> {
-    let data = fs::read(path)?;
-    let file = object::File::parse(&*data)
+    // Only the ranges parsed are read (headers, symbol and string tables):
+    // `osprey exec` asks this of every program a tree runs, and reading a
+    // whole compiler (cc1: 30 MB) for it cost more than the compile's profile.
+    let data = object::ReadCache::new(fs::File::open(path)?);
+    let file = object::File::parse(&data)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
     let mut symbols = HashMap::new();
     let mut defines_python = false;
