@@ -14,7 +14,7 @@
 //! asynchronous signal, see `crate::threads::spawn_internal`), so the
 //! handler never runs on a thread it waits for.
 
-use crate::signal::shutdown::{futex_wait, futex_wake, on_terminate, FLUSH_WAIT_NS, SHUTDOWN};
+use crate::signal::shutdown::{futex_wait, futex_wake, on_sigio, on_terminate, FLUSH_WAIT_NS, SHUTDOWN};
 use crate::signal::sys;
 use std::sync::atomic::Ordering::*;
 use std::sync::Mutex;
@@ -34,6 +34,21 @@ static REPLACED: Mutex<Vec<(i32, libc::sigaction)>> = Mutex::new(Vec::new());
 /// and starts the shutdown thread, which calls `flush` when asked.
 pub(crate) fn install(flush: fn()) -> std::io::Result<()> {
     let mut replaced = REPLACED.lock().unwrap_or_else(|e| e.into_inner());
+    // SIGIO over SIG_DFL: a perf clock's signal that found the queue full
+    // arrives as SIGIO, which must not end the program (`on_sigio`).
+    // SAFETY: querying then setting a disposition with valid structs.
+    unsafe {
+        let mut old: libc::sigaction = core::mem::zeroed();
+        if libc::sigaction(libc::SIGIO, core::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = on_sigio as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(libc::SIGIO, &sa, core::ptr::null_mut()) == 0 {
+                replaced.push((libc::SIGIO, old));
+            }
+        }
+    }
     for sig in SIGNALS {
         // SAFETY: querying then setting a disposition with valid structs.
         unsafe {
@@ -84,9 +99,7 @@ pub(crate) fn uninstall() {
         // SAFETY: querying, then restoring the saved disposition.
         unsafe {
             let mut cur: libc::sigaction = core::mem::zeroed();
-            if libc::sigaction(sig, core::ptr::null(), &mut cur) == 0
-                && cur.sa_sigaction == on_terminate as *const () as usize
-            {
+            if libc::sigaction(sig, core::ptr::null(), &mut cur) == 0 && is_ours(cur.sa_sigaction) {
                 libc::sigaction(sig, &previous, core::ptr::null_mut());
             }
         }
@@ -101,14 +114,19 @@ pub(crate) fn uninstall() {
 /// (`crate::profiler::flush_bounded`).
 pub const FLUSH_WAIT: Duration = Duration::from_nanos(FLUSH_WAIT_NS);
 
-/// What the program is told about a disposition: osprey's termination
-/// handler is only ever installed over `SIG_DFL`, so where `handler` is it,
+/// What the program is told about a disposition: osprey's termination and
+/// SIGIO handlers are only ever installed over `SIG_DFL`, so where `handler` is one,
 /// the program sees `SIG_DFL` (its view of its dispositions is unchanged).
 /// Lock-free, async-signal-safe: `sigaction` may be called from handlers.
 pub fn disguised(handler: usize) -> usize {
-    if handler == on_terminate as *const () as usize {
+    if is_ours(handler) {
         libc::SIG_DFL
     } else {
         handler
     }
+}
+
+/// osprey's handlers that stand in for `SIG_DFL`.
+fn is_ours(handler: usize) -> bool {
+    handler == on_terminate as *const () as usize || handler == on_sigio as *const () as usize
 }

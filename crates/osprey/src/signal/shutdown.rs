@@ -89,3 +89,18 @@ pub(crate) unsafe extern "C" fn on_terminate(sig: libc::c_int, _info: *mut libc:
     }
     sys::tgkill(pid, me, sig);
 }
+
+/// SIGIOs taken by [`on_sigio`].
+pub static SIGIO_DROPPED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// SIGIO, installed only over `SIG_DFL`: the kernel sends it in place of a
+/// perf clock's real-time signal when the user's queue of pending signals is
+/// full (heavy load at high rates), and its default action would kill the
+/// program. A program whose SIGIO is `SIG_DFL` uses no SIGIO of its own, so
+/// the signal is counted and dropped (one atomic add: async-signal-safe).
+///
+/// # Safety
+/// Installed with `SA_SIGINFO` for SIGIO.
+pub(crate) unsafe extern "C" fn on_sigio(_sig: libc::c_int, _info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+    SIGIO_DROPPED.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+}
