@@ -84,7 +84,7 @@ fn a_hung_backend_delays_exit_by_at_most_the_exit_wait() {
     assert!(r.count() >= 1, "the last profile was sent");
     assert!(lag < 2.5, "{lag}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("1 not sent at exit"), "{err}");
+    assert!(err.contains("1 not delivered by exit"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
