@@ -126,21 +126,7 @@ fn xz_workers_have_stacks() {
     let dir = tempdir("xz");
     let xz = ["/usr/bin/xz", "/bin/xz"].iter().map(PathBuf::from).find(|p| p.exists());
     let xz = xz.expect("xz missing: apt-get install xz-utils");
-    // Text with a vocabulary: compresses like prose, not like noise or zeros.
-    let mut x = 12345u64;
-    let mut next = || {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        x >> 33
-    };
-    let words: Vec<String> =
-        (0..4000).map(|_| (0..2 + next() % 8).map(|_| (b'a' + (next() % 26) as u8) as char).collect()).collect();
-    let mut text = String::with_capacity(8 << 20);
-    while text.len() < 8 << 20 {
-        text.push_str(&words[(next() % 4000) as usize]);
-        text.push(if next() % 12 == 0 { '\n' } else { ' ' });
-    }
-    let input = dir.join("input.txt");
-    std::fs::write(&input, text).unwrap();
+    let input = prose(&dir, 8 << 20);
     let r = run(100, &dir, &xz, &["-6", "-T2", "-k", "-f", input.to_str().unwrap()]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert!(r.stderr.contains("blocks the sampling signal"), "nothing said: {}", r.stderr);
@@ -321,4 +307,57 @@ fn wall_time_of_a_blocking_worker_has_stacks() {
     eprintln!("worker wall {} ms, running with a stack {} ms", wall / 1_000_000, stacked / 1_000_000);
     assert!(wall > 1_000_000_000, "worker wall {wall} ns");
     assert!(stacked * 100 >= wall * 80, "running with a stack: {stacked} of {wall} ns");
+}
+
+/// `bytes` of text with a vocabulary in `dir/input.txt`: it compresses like
+/// prose, not like noise or zeros.
+fn prose(dir: &Path, bytes: usize) -> PathBuf {
+    let mut x = 12345u64;
+    let mut next = || {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x >> 33
+    };
+    let words: Vec<String> =
+        (0..4000).map(|_| (0..2 + next() % 8).map(|_| (b'a' + (next() % 26) as u8) as char).collect()).collect();
+    let mut text = String::with_capacity(bytes);
+    while text.len() < bytes {
+        text.push_str(&words[(next() % 4000) as usize]);
+        text.push(if next() % 12 == 0 { '\n' } else { ' ' });
+    }
+    let input = dir.join("input.txt");
+    std::fs::write(&input, text).unwrap();
+    input
+}
+
+/// zstd's worker pool leaves signals unblocked (liblzma's blocks them): its
+/// workers are sampled by their own clocks, with stacks, and none of their
+/// CPU is left under `[signals blocked]`.
+#[test]
+fn zstd_workers_have_stacks() {
+    let dir = tempdir("zstd");
+    let zstd = ["/usr/bin/zstd", "/bin/zstd"].iter().map(PathBuf::from).find(|p| p.exists());
+    let zstd = zstd.expect("zstd missing: apt-get install zstd");
+    let input = prose(&dir, 4 << 20);
+    let out = dir.join("out.zst");
+    let r = run(100, &dir, &zstd, &["-17", "-T2", "-f", "-q", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let flat = flatten(&r.profiles);
+    let total = check_total(&r, &flat);
+    let main = flat.iter().filter(|f| f.tid > 0).map(|f| f.tid).min().unwrap_or(0);
+    let workers: Vec<&Flat> = flat.iter().filter(|f| f.tid > 0 && f.tid != main).collect();
+    let worker_cpu: i64 = workers.iter().map(|f| f.cpu_ns).sum();
+    let rooted: i64 =
+        workers.iter().filter(|f| has(f, |n| n == "start_thread" || n.contains("clone3"))).map(|f| f.cpu_ns).sum();
+    let blocked: i64 = flat.iter().filter(|f| blocked_frame(f)).map(|f| f.cpu_ns).sum();
+    eprintln!(
+        "zstd -T2: process {} ms, profile {} ms, workers {} ms, rooted {:.1}%, [signals blocked] {} ms",
+        r.cpu_ns / 1_000_000,
+        total / 1_000_000,
+        worker_cpu / 1_000_000,
+        100.0 * rooted as f64 / worker_cpu.max(1) as f64,
+        blocked / 1_000_000
+    );
+    assert!(worker_cpu > total / 2, "workers {worker_cpu} of {total} ns");
+    assert!(rooted * 100 >= worker_cpu * 95, "stacks reaching start_thread: {rooted} of {worker_cpu} ns");
+    assert!(blocked * 100 <= total * 5, "left under [signals blocked]: {blocked} of {total} ns");
 }
