@@ -7,6 +7,7 @@
 
 use osprey_pprof::pprof::Profile;
 use osprey_testkit::cc::Cc;
+use osprey_testkit::profile::function_names;
 use osprey_testkit::{osprey, tempdir};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -26,17 +27,9 @@ const FRAMELESS: [&str; 3] = ["-O2", "-fomit-frame-pointer", "-pthread"];
 fn stacks(p: &Profile) -> Vec<(Vec<String>, i64)> {
     let s = |i: i64| p.string_table[i as usize].as_str();
     let cpu = p.sample_type.iter().position(|t| s(t.r#type) == "cpu").expect("cpu sample type");
-    let function = |id: u64| s(p.function[id as usize - 1].name).to_string();
     p.sample
         .iter()
-        .map(|smp| {
-            let names = smp
-                .location_id
-                .iter()
-                .flat_map(|&l| p.location[l as usize - 1].line.iter().map(|line| function(line.function_id)))
-                .collect();
-            (names, smp.value[cpu])
-        })
+        .map(|smp| (function_names(p, smp).into_iter().map(String::from).collect(), smp.value[cpu]))
         .collect()
 }
 

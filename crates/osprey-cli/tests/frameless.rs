@@ -8,6 +8,7 @@
 
 use osprey_pprof::pprof::Profile;
 use osprey_testkit::cc::Cc;
+use osprey_testkit::profile::function_names;
 use osprey_testkit::{osprey, tempdir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -67,15 +68,10 @@ fn profile(tag: &str, hz: u32, bin: &Path, args: &[&str]) -> (Vec<Stack>, i64) {
 fn samples(p: &Profile) -> Vec<Stack> {
     let s = |i: i64| p.string_table[i as usize].as_str();
     let cpu = p.sample_type.iter().position(|t| s(t.r#type) == "cpu").expect("cpu sample type");
-    let function = |id: u64| s(p.function[id as usize - 1].name).to_string();
     p.sample
         .iter()
         .map(|smp| {
-            let names = smp
-                .location_id
-                .iter()
-                .flat_map(|&l| p.location[l as usize - 1].line.iter().map(|line| function(line.function_id)))
-                .collect();
+            let names = function_names(p, smp).into_iter().map(String::from).collect();
             let tid = smp.label.iter().find(|l| s(l.key) == "thread id").map_or(0, |l| l.num);
             Stack { names, cpu: smp.value[cpu], tid }
         })

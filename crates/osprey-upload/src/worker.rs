@@ -240,12 +240,17 @@ impl Uploader {
     /// Waits until no backend has a profile queued or in flight, or until
     /// `deadline`. Nothing stops: for a process about to end abruptly.
     pub fn wait_idle(&self, deadline: Instant) {
+        drop(self.idle_by(deadline));
+    }
+
+    /// [`Uploader::wait_idle`], returning the lock and whether every lane is idle.
+    fn idle_by(&self, deadline: Instant) -> (MutexGuard<'_, State>, bool) {
         let mut st = self.lock();
         loop {
             let pending = st.lanes.iter().any(|l| !l.stalled && (l.busy || !l.queue.is_empty()));
             let now = Instant::now();
             if !pending || now >= deadline {
-                return;
+                return (st, !pending);
             }
             st = self.shared.cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
         }
@@ -261,16 +266,7 @@ impl Uploader {
         }
         self.shut = true;
         self.shared.cv.notify_all();
-        let mut st = self.lock();
-        loop {
-            let pending = st.lanes.iter().any(|l| !l.stalled && (l.busy || !l.queue.is_empty()));
-            let now = Instant::now();
-            if !pending || now >= deadline {
-                break;
-            }
-            st = self.shared.cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
-        }
-        let done = !st.lanes.iter().any(|l| !l.stalled && (l.busy || !l.queue.is_empty()));
+        let (st, done) = self.idle_by(deadline);
         drop(st);
         if done {
             for t in self.threads.drain(..) {
