@@ -300,12 +300,18 @@ fn wall_time_of_a_blocking_worker_has_stacks() {
         return;
     }
     let flat = flatten(&r.profiles);
+    let mut threads: HashMap<(i64, &str, &str), (i64, i64)> = HashMap::new();
+    for f in &flat {
+        let e = threads.entry((f.tid, f.thread.as_str(), f.state.as_str())).or_default();
+        e.0 += f.wall_ns;
+        e.1 += f.cpu_ns;
+    }
     let worker: Vec<&Flat> = flat.iter().filter(|f| f.thread == "blockworker" && f.wall_ns > 0).collect();
     let wall: i64 = worker.iter().map(|f| f.wall_ns).sum();
     let stacked: i64 =
         worker.iter().filter(|f| f.state == "running" && has(f, |n| n == "blocking_worker")).map(|f| f.wall_ns).sum();
     eprintln!("worker wall {} ms, running with a stack {} ms", wall / 1_000_000, stacked / 1_000_000);
-    assert!(wall > 1_000_000_000, "worker wall {wall} ns");
+    assert!(wall > 1_000_000_000, "worker wall {wall} ns; (tid, name, state) -> (wall, cpu): {threads:?}");
     assert!(stacked * 100 >= wall * 80, "running with a stack: {stacked} of {wall} ns");
 }
 

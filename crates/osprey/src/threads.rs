@@ -70,6 +70,7 @@ pub fn unregister_current() {
         // SAFETY: PR_GET_NAME writes at most 16 bytes into `name`.
         if unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) } == 0 {
             let word = |i: usize| u64::from_ne_bytes(name[i..i + 8].try_into().unwrap_or([0; 8]));
+            rec.exit_tid.store(me, Relaxed);
             rec.exit_name[0].store(word(0), Relaxed);
             rec.exit_name[1].store(word(8), Release);
         }

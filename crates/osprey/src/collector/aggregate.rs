@@ -161,6 +161,14 @@ impl Aggregator {
             // A retired record's tid is already 0: its samples still name the thread.
             let mut tid = rec.tid.load(Relaxed);
             let exit_name = if retired { rec.exit_name() } else { None };
+            // Samples taken off the ring (a blocked thread's perf event) and
+            // a name read before a rename take the name the thread left with.
+            if let Some(n) = &exit_name {
+                let t = rec.exit_tid.load(Relaxed);
+                if t > 0 {
+                    self.names.insert(t, n.clone());
+                }
+            }
             rec.ring.drain(|s| {
                 tid = s.tid;
                 if let Some(n) = &exit_name {

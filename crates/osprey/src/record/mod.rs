@@ -108,6 +108,8 @@ pub struct Record {
     /// The thread's name (`comm`, NUL-padded) as it exited, so samples
     /// drained after it is gone still carry its name; zero while it lives.
     pub exit_name: [AtomicU64; 2],
+    /// The tid whose name `exit_name` is (a retired record's `tid` is 0).
+    pub exit_tid: AtomicI32,
     /// Wall nanoseconds the wall sampler found this thread running for and
     /// not yet recorded: the thread's next CPU sample records them with its
     /// stack (`signal::wall`), so a running thread is never signalled for

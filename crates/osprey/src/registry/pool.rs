@@ -172,6 +172,7 @@ impl Registry {
         rec.start_routine.store(0, Relaxed);
         rec.exit_name[0].store(0, Relaxed);
         rec.exit_name[1].store(0, Relaxed);
+        rec.exit_tid.store(0, Relaxed);
         rec.wall_pending_ns.store(0, Relaxed);
         rec.context.reset();
         self.push_free(index as u32);
