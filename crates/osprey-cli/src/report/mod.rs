@@ -92,8 +92,6 @@ pub enum ReportError {
     UnknownType { path: PathBuf, asked: String, have: Vec<String> },
     /// A file lacks the sample type the others are compared on.
     MissingType { path: PathBuf, want: String, have: Vec<String>, like: PathBuf },
-    /// A `--span`/`--trace` argument is not an id.
-    BadArgument(String),
     /// The filter kept no sample.
     NoChosenSamples,
     /// Every sample has a zero value: no flamegraph to draw.
@@ -123,7 +121,6 @@ impl fmt::Display for ReportError {
                 have.join(", "),
                 like.display()
             ),
-            ReportError::BadArgument(e) => f.write_str(e),
             ReportError::NoChosenSamples => f.write_str("no samples of the chosen --pid/--process/--span/--trace"),
             ReportError::NothingToDraw => f.write_str("no samples with a nonzero value: nothing to draw"),
             ReportError::NoTimestamps => f.write_str(
