@@ -98,6 +98,8 @@ pub enum ReportError {
     NothingToDraw,
     /// `--timeline` on samples without their time.
     NoTimestamps,
+    /// `--format pprof` (binary) to a terminal.
+    BinaryToTerminal,
     /// An output file cannot be written.
     Write(PathBuf, std::io::Error),
     /// Rendering an output failed.
@@ -126,6 +128,9 @@ impl fmt::Display for ReportError {
             ReportError::NoTimestamps => f.write_str(
                 "no sample carries its time: record with OSPREY_TIMELINE=1 (osprey exec), or a backend that keeps a timeline",
             ),
+            ReportError::BinaryToTerminal => {
+                f.write_str("--format pprof is binary: name a file with --output (or redirect stdout)")
+            }
             ReportError::Write(path, e) => write!(f, "{}: {e}", path.display()),
             ReportError::Render(e) => f.write_str(e),
         }
@@ -197,8 +202,7 @@ impl Merged {
         if filter.is_active() && inputs.iter().all(|i| i.profile.sample.is_empty()) {
             return Err(ReportError::NoChosenSamples);
         }
-        let profiles: Vec<_> = inputs.iter().map(|i| i.profile.clone()).collect();
-        let files = inputs.into_iter().map(|i| i.path).collect();
+        let (files, profiles): (Vec<PathBuf>, Vec<_>) = inputs.into_iter().map(|i| (i.path, i.profile)).unzip();
         let mut merged = Merged { files, profile: osprey_pprof::merge::merge(&profiles), sample_type };
         // pprof's default_sample_type is a string index: what tools show first.
         let t = merged.value_index();
@@ -209,6 +213,10 @@ impl Merged {
 
 /// Runs `osprey report`.
 pub fn run(o: &Options) -> Result<(), ReportError> {
+    // SAFETY: isatty only reads the descriptor's state.
+    if o.format == Format::Pprof && o.output.is_none() && unsafe { libc::isatty(1) } == 1 {
+        return Err(ReportError::BinaryToTerminal);
+    }
     let m = load(&o.files, o.sample_index.as_deref(), &o.filter)?;
     let summary = m.summary()?;
     let main = match o.format {
