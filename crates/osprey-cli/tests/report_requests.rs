@@ -124,3 +124,28 @@ fn timeline_renders_and_a_click_shows_the_stack() {
     let bands = dom.matches("class=\"span").count();
     assert!((45..=50).contains(&bands), "{bands} bands for 50 requests");
 }
+
+#[test]
+fn speedscope_of_the_run_is_valid_with_the_span_alone() {
+    let r = run();
+    let (span, _) = r.slow[2];
+    let out = r.out.with_extension("span.speedscope.json");
+    let id = format!("{span:#x}");
+    osprey_ok(&[
+        "report",
+        r.out.to_str().unwrap(),
+        "--format",
+        "speedscope",
+        "--span",
+        &id,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    osprey_testkit::readers::validate_json(&osprey_testkit::readers::speedscope_schema(), &out)
+        .unwrap_or_else(|e| panic!("not valid speedscope: {e}"));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let profiles = doc["profiles"].as_array().unwrap();
+    assert_eq!(profiles.len(), 1, "one thread ran the request");
+    let ms = profiles[0]["endValue"].as_f64().unwrap() / 1e6;
+    assert!((30.0..=60.0).contains(&ms), "{ms} ms");
+}
