@@ -2,6 +2,7 @@
 
 mod attach;
 mod attach_native;
+mod diff;
 mod dump;
 mod dump_python;
 mod exec;
@@ -149,16 +150,29 @@ enum Cmd {
         #[arg(long)]
         native: bool,
     },
-    /// Top functions and a flamegraph from profile files.
+    /// Top functions, folded stacks, speedscope or pprof, a flamegraph and
+    /// a timeline from profile files.
     Report {
         /// Profile files (default: every one in ./profiles).
         files: Vec<PathBuf>,
         /// Rows to print.
         #[arg(long, default_value_t = 20)]
         top: usize,
+        /// What to print.
+        #[arg(long, value_enum, default_value = "top")]
+        format: report::Format,
+        /// Write it to this file instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// speedscope: one profile per thread or per process.
+        #[arg(long, value_enum, default_value = "thread")]
+        group: report::Group,
         /// Write an SVG flamegraph here.
         #[arg(long)]
         flamegraph: Option<PathBuf>,
+        /// Write an HTML timeline here (profiles recorded with OSPREY_TIMELINE=1).
+        #[arg(long)]
+        timeline: Option<PathBuf>,
         /// Sample type to rank by, e.g. cpu, wall, samples (default: cpu when present).
         #[arg(long)]
         sample_index: Option<String>,
@@ -168,6 +182,31 @@ enum Cmd {
         /// Only samples of processes with this name (repeatable).
         #[arg(long)]
         process: Vec<String>,
+        /// Only samples taken in this span or under this local root span (decimal or hex; repeatable).
+        #[arg(long, value_name = "ID")]
+        span: Vec<String>,
+        /// Only samples of this trace (decimal or hex; repeatable).
+        #[arg(long, value_name = "ID")]
+        trace: Vec<String>,
+    },
+    /// Functions ranked by the change of their share between two runs.
+    Diff {
+        /// The base run: a profile file or a directory of them.
+        base: PathBuf,
+        /// The new run: a profile file or a directory of them.
+        new: PathBuf,
+        /// Rows to print (0: all).
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Rank by cumulative value (function and callees) instead of flat.
+        #[arg(long)]
+        cum: bool,
+        /// Write a differential SVG flamegraph here (red: grew, blue: shrank).
+        #[arg(long)]
+        flamegraph: Option<PathBuf>,
+        /// Sample type to compare, e.g. cpu, wall, samples (default: cpu when present).
+        #[arg(long)]
+        sample_index: Option<String>,
     },
 }
 
@@ -177,9 +216,25 @@ fn main() -> ExitCode {
         Cmd::Exec { sampling, children, cmd } => exec::exec(&sampling, children, &cmd),
         Cmd::Attach { pid, duration, sampling } => attach::attach(pid, duration, &sampling),
         Cmd::Dump { pid, json, native } => dump::run(pid, json, native),
-        Cmd::Report { files, top, flamegraph, sample_index, pid, process } => {
-            let filter = report::Filter { pids: pid, processes: process };
-            report::run(&files, top, flamegraph.as_deref(), sample_index.as_deref(), &filter)
+        Cmd::Report {
+            files,
+            top,
+            format,
+            output,
+            group,
+            flamegraph,
+            timeline,
+            sample_index,
+            pid,
+            process,
+            span,
+            trace,
+        } => report::Filter::new(pid, process, &span, &trace).map_err(Failure::usage).and_then(|filter| {
+            let o = report::Options { files, top, format, output, flamegraph, timeline, sample_index, group, filter };
+            report::run(&o).map(|_| 0).map_err(Failure::from)
+        }),
+        Cmd::Diff { base, new, top, cum, flamegraph, sample_index } => {
+            diff::run(&base, &new, top, cum, flamegraph.as_deref(), sample_index.as_deref())
                 .map(|_| 0)
                 .map_err(Failure::from)
         }
@@ -216,6 +271,6 @@ impl From<String> for Failure {
 
 impl From<report::ReportError> for Failure {
     fn from(e: report::ReportError) -> Self {
-        Failure::from(e.to_string())
+        Failure { message: e.to_string(), code: e.exit_code() }
     }
 }

@@ -20,6 +20,13 @@ pub enum Error {
         /// The decoder's error.
         source: prost::DecodeError,
     },
+    /// The bytes decode but do not make a profile (empty, inconsistent).
+    Invalid {
+        /// The file, or what was being decoded.
+        what: String,
+        /// What is wrong, in a few words.
+        why: String,
+    },
     /// Nothing to summarize.
     NoProfiles,
     /// The profile declares no sample type.
@@ -40,6 +47,7 @@ impl fmt::Display for Error {
         match self {
             Error::Io { what, source } => write!(f, "{what}: {source}"),
             Error::Decode { what, source } => write!(f, "{what}: not a pprof profile ({source})"),
+            Error::Invalid { what, why } => write!(f, "{what}: {why}"),
             Error::NoProfiles => f.write_str("no profiles"),
             Error::NoSampleTypes => f.write_str("profile has no sample types"),
             Error::UnknownSampleType { asked, have } => write!(f, "no sample type {asked:?}; have {have:?}"),

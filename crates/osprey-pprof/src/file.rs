@@ -44,6 +44,13 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// `p` encoded and gzipped: the bytes of a `.pb.gz` file.
+pub fn gzip_profile(p: &crate::pprof::Profile) -> io::Result<Vec<u8>> {
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(&prost::Message::encode_to_vec(p))?;
+    gz.finish()
+}
+
 /// Gzips `bytes` into a new profile file of `pid` in `dir` (created if missing).
 pub fn publish(dir: &Path, pid: i32, bytes: &[u8]) -> io::Result<PathBuf> {
     Pending::create(dir)?.publish(pid, bytes)

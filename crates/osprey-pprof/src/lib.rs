@@ -12,6 +12,9 @@
 //! | [`encode`] | [`ProfileData`] -> [`pprof::Profile`] |
 //! | [`file`](mod@file) | file names, gzip, write-then-rename |
 //! | [`read`] | reading pprof files back |
+//! | [`check`] | what makes decoded bytes a profile |
+//! | [`frames`] | a sample's stack as functions, files, lines |
+//! | [`merge`] | several profiles as one |
 //! | [`summary`] | flat/cum per function, folded stacks |
 //! | [`top`] | the top-functions table of a summary |
 //!
@@ -19,10 +22,13 @@
 //! at flush.
 
 pub mod build_id;
+pub mod check;
 pub mod encode;
 mod error;
 pub mod file;
+pub mod frames;
 pub mod maps;
+pub mod merge;
 pub mod pprof;
 pub mod read;
 pub mod strings;

@@ -194,6 +194,21 @@ pub struct Function {
 }
 
 impl Profile {
+    /// The numeric value of sample `s`'s label `key`, if it has one.
+    pub fn label_num(&self, s: &Sample, key: &str) -> Option<i64> {
+        s.label.iter().find(|l| l.str == 0 && self.string(l.key) == key).map(|l| l.num)
+    }
+
+    /// The string value of sample `s`'s label `key`, if it has one.
+    pub fn label_str(&self, s: &Sample, key: &str) -> Option<&str> {
+        s.label.iter().find(|l| l.str != 0 && self.string(l.key) == key).map(|l| self.string(l.str))
+    }
+
+    /// Index of the sample type named `name` (e.g. `"cpu"`).
+    pub fn sample_type_index(&self, name: &str) -> Option<usize> {
+        self.sample_type.iter().position(|t| self.string(t.r#type) == name)
+    }
+
     /// The string at index `i`, or `""` when out of range.
     pub fn string(&self, i: i64) -> &str {
         usize::try_from(i).ok().and_then(|i| self.string_table.get(i)).map_or("", |s| s.as_str())

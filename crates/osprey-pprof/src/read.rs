@@ -1,4 +1,6 @@
-//! Reading pprof files back (ours or anyone's): gzip or raw protobuf.
+//! Reading pprof files back (ours or anyone's): gzip or raw protobuf,
+//! refused with the reason when empty, truncated or not a consistent pprof
+//! ([`check::validate`](crate::check::validate)).
 
 use super::pprof::Profile;
 use crate::Error;
@@ -28,19 +30,25 @@ pub fn read_profile(path: &Path) -> Result<Profile, Error> {
     decode(&bytes).map_err(|e| match e {
         Error::Io { source, .. } => Error::Io { what: what(), source },
         Error::Decode { source, .. } => Error::Decode { what: what(), source },
+        Error::Invalid { why, .. } => Error::Invalid { what: what(), why },
         e => e,
     })
 }
 
-/// Decodes pprof `bytes`, gzip-compressed or not.
+/// Decodes pprof `bytes`, gzip-compressed or not, and checks that they make
+/// a profile (an empty input does not).
 pub fn decode(bytes: &[u8]) -> Result<Profile, Error> {
+    let invalid = |why: String| Error::Invalid { what: "profile bytes".into(), why };
+    if bytes.is_empty() {
+        return Err(invalid("empty file".into()));
+    }
     let raw;
     let bytes = if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
         GzDecoder::new(bytes)
             .take(MAX_INFLATED_BYTES + 1)
             .read_to_end(&mut out)
-            .map_err(|source| Error::Io { what: "gzip stream".into(), source })?;
+            .map_err(|e| invalid(format!("truncated or corrupt gzip stream ({e})")))?;
         if out.len() as u64 > MAX_INFLATED_BYTES {
             let why = format!("inflates past {MAX_INFLATED_BYTES} bytes");
             return Err(Error::Io {
@@ -53,5 +61,7 @@ pub fn decode(bytes: &[u8]) -> Result<Profile, Error> {
     } else {
         bytes
     };
-    Profile::decode(bytes).map_err(|source| Error::Decode { what: "profile bytes".into(), source })
+    let p = Profile::decode(bytes).map_err(|source| Error::Decode { what: "profile bytes".into(), source })?;
+    crate::check::validate(&p).map_err(|why| invalid(format!("not a pprof profile: {why}")))?;
+    Ok(p)
 }

@@ -5,6 +5,7 @@
 //! `flat <= cum <= total`; folded stacks are `root;...;leaf` with no `;`
 //! inside a frame name.
 
+use super::frames::FrameTable;
 use super::pprof::Profile;
 use crate::Error;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -68,7 +69,7 @@ pub fn summarize(profiles: &[Profile], sample_index: Option<&str>) -> Result<Sum
         let idx = p.sample_type.iter().position(|t| p.string(t.r#type) == out.sample_type.0);
         let idx = idx.ok_or_else(|| Error::MissingSampleType(out.sample_type.0.clone()))?;
         let count_idx = p.sample_type.iter().position(|t| p.string(t.unit) == "count");
-        let names = frame_names(p);
+        let frames = FrameTable::new(p);
         for s in &p.sample {
             out.samples += count_idx.map_or(1, |c| s.value.get(c).copied().unwrap_or(0));
             let v = s.value.get(idx).copied().unwrap_or(0);
@@ -76,12 +77,7 @@ pub fn summarize(profiles: &[Profile], sample_index: Option<&str>) -> Result<Sum
                 continue;
             }
             out.total += v;
-            let stack: Vec<&str> = s
-                .location_id
-                .iter()
-                .flat_map(|id| names.get(id).map_or(&[][..], |n| &n[..]))
-                .map(|n| n.as_str())
-                .collect();
+            let stack: Vec<&str> = frames.stack(s).map(|f| f.name.as_str()).collect();
             let mut seen = HashSet::new();
             for (i, name) in stack.iter().enumerate() {
                 let e = stats.entry(name.to_string()).or_default();
@@ -100,17 +96,4 @@ pub fn summarize(profiles: &[Profile], sample_index: Option<&str>) -> Result<Sum
     out.functions.sort_by(|a, b| (b.flat, b.cum, &a.name).cmp(&(a.flat, a.cum, &b.name)));
     out.folded = folded.into_iter().collect();
     Ok(out)
-}
-
-/// Location id -> function names, innermost first; `0x<address>` when unsymbolized.
-fn frame_names(p: &Profile) -> HashMap<u64, Vec<String>> {
-    let funcs: HashMap<u64, &str> = p.function.iter().map(|f| (f.id, p.string(f.name))).collect();
-    let name = |id: u64| funcs.get(&id).copied().filter(|n| !n.is_empty()).map(str::to_string);
-    p.location
-        .iter()
-        .map(|l| {
-            let names: Vec<String> = l.line.iter().filter_map(|ln| name(ln.function_id)).collect();
-            (l.id, if names.is_empty() { vec![format!("0x{:x}", l.address)] } else { names })
-        })
-        .collect()
 }

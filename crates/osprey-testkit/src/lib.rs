@@ -3,17 +3,21 @@
 //! copy: the built binaries ([`paths`]), unique temporary directories
 //! ([`tmp`]), C fixtures ([`cc`]), measured child runs and CPU clocks
 //! ([`run`]), reading profiles back ([`profile`]), CPython interpreters and
-//! [`per_interpreter!`] ([`python`]), loopback backends ([`backends`]) and
-//! the SIGPROF unwinding fixture of osprey-unwind ([`unwind`]).
+//! [`per_interpreter!`] ([`python`]), loopback backends ([`backends`]),
+//! the SIGPROF unwinding fixture of osprey-unwind ([`unwind`]), the
+//! `osprey` command run as a user does ([`cli`]) and the real tools that
+//! read its reports ([`readers`]).
 //!
 //! Nothing here reaches into osprey's internals: the kit must keep working
 //! whatever the crates under test reorganise.
 
 pub mod backends;
 pub mod cc;
+pub mod cli;
 pub mod paths;
 pub mod profile;
 pub mod python;
+pub mod readers;
 pub mod run;
 pub mod tmp;
 pub mod unwind;

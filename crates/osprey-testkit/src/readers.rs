@@ -1,0 +1,89 @@
+//! The real tools that read osprey's report outputs: `go tool pprof`,
+//! speedscope's JSON schema (npm package `speedscope`, checked with
+//! Python's `jsonschema`), and a headless Chromium for HTML pages. CI
+//! installs them all (.ci/run).
+
+use crate::run::output_within;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// `go tool pprof ARGS FILE`'s standard output; fails the test if pprof
+/// fails. `PPROF_TMPDIR` points into `dir`, so pprof writes nothing
+/// elsewhere; `HOME` stays, as go keeps its built tools in `$HOME/.cache`
+/// (a new HOME rebuilds pprof: minutes).
+pub fn go_pprof(dir: &Path, args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("PPROF_TMPDIR", dir)
+        .output()
+        .expect("`go` not found: install golang-go (CI does)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "go tool pprof {args:?}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// speedscope's own file-format schema: `OSPREY_SPEEDSCOPE_SCHEMA`, else
+/// the npm package installed under `target/speedscope` (.ci/run does).
+pub fn speedscope_schema() -> PathBuf {
+    let p = std::env::var_os("OSPREY_SPEEDSCOPE_SCHEMA").map(PathBuf::from).unwrap_or_else(|| {
+        crate::paths::target_dir().join("speedscope/node_modules/speedscope/dist/release/file-format-schema.json")
+    });
+    assert!(p.is_file(), "{} missing: npm install --prefix target/speedscope speedscope (CI does)", p.display());
+    p
+}
+
+/// Checks the JSON file `doc` against the JSON schema file `schema` with
+/// Python's `jsonschema`: Err with the validator's message if invalid.
+pub fn validate_json(schema: &Path, doc: &Path) -> Result<(), String> {
+    const CHECK: &str = "import json, sys, jsonschema\n\
+        jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])))";
+    let out = Command::new("python3").args(["-c", CHECK]).arg(schema).arg(doc).output().expect("python3 not found");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("No module named 'jsonschema'"), "pip install jsonschema (CI does)");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(err.lines().rev().take(12).collect::<Vec<_>>().join("\n"))
+    }
+}
+
+/// The Chromium binary, if one is installed (`chromium` on Debian).
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"].into_iter().find(|c| {
+        Command::new(c).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    })
+}
+
+/// The DOM of the page `html` after `script` ran in it (appended at the
+/// end of its body), as headless Chromium dumps it; None, with one line
+/// on stderr, when Chromium cannot run here.
+pub fn chromium_dom(html: &Path, script: &str) -> Option<String> {
+    let Some(browser) = chromium() else {
+        eprintln!("SKIPPED: no chromium (apt-get install chromium)");
+        return None;
+    };
+    let page = std::fs::read_to_string(html).unwrap();
+    let at = page.rfind("</body>").expect("a page with a body");
+    let driven = html.with_extension("driven.html");
+    std::fs::write(&driven, format!("{}<script>{script}</script>{}", &page[..at], &page[at..])).unwrap();
+    let profile = html.with_extension("chromium");
+    let child = Command::new(browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--dump-dom"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("file://{}", driven.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = output_within(child, Duration::from_secs(120), "chromium --dump-dom");
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() || !dom.contains("<body") {
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!("SKIPPED: chromium cannot run here: {}", err.lines().last().unwrap_or("no output"));
+        return None;
+    }
+    Some(dom)
+}
