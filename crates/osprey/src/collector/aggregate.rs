@@ -160,20 +160,16 @@ impl Aggregator {
             let retired = rec.state() == RecordState::Retired;
             // A retired record's tid is already 0: its samples still name the thread.
             let mut tid = rec.tid.load(Relaxed);
-            let exit_name = if retired { rec.exit_name() } else { None };
-            // Samples taken off the ring (a blocked thread's perf event) and
-            // a name read before a rename take the name the thread left with.
-            if let Some(n) = &exit_name {
+            // Every sample of the thread (its ring's, its perf event's) takes
+            // the name it left with, even where one was read before a rename.
+            if let Some(n) = if retired { rec.exit_name() } else { None } {
                 let t = rec.exit_tid.load(Relaxed);
                 if t > 0 {
-                    self.names.insert(t, n.clone());
+                    self.names.insert(t, n);
                 }
             }
             rec.ring.drain(|s| {
                 tid = s.tid;
-                if let Some(n) = &exit_name {
-                    self.names.insert(s.tid, n.clone());
-                }
                 self.add(s)
             });
             let lost = rec.lost.take();
