@@ -34,7 +34,7 @@ mode = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].isdigit() else "loop
 args = [a for a in sys.argv[1:] if a.isdigit()]
 n = int(args[0]) if args else {"loop": 200, "preload": 200, "gcc": 30, "make": 40}.get(mode, 200)
 runs = int(args[1]) if len(args) > 1 else 5
-osprey = os.environ.get("OSPREY", "target/release/osprey")
+osprey = os.path.abspath(os.environ.get("OSPREY", "target/release/osprey"))
 out = tempfile.mkdtemp(prefix="osprey-start-")
 work = tempfile.mkdtemp(prefix="osprey-start-src-")
 
@@ -108,7 +108,7 @@ def with_agent(binary, argv):
 argv, procs = setup()
 binaries = {"osprey": osprey}
 if os.environ.get("OSPREY_BEFORE"):
-    binaries = {"before": os.environ["OSPREY_BEFORE"], "after": osprey}
+    binaries = {"before": os.path.abspath(os.environ["OSPREY_BEFORE"]), "after": osprey}
 plain, agent = [], {k: [] for k in binaries}
 for _ in range(runs):
     plain.append(cpu(argv))
