@@ -183,7 +183,7 @@ fn request_flush_delivered(limit: Option<Duration>, deliver: Option<Duration>) -
     let Some(mut g) = lock_until(lock, deadline) else { return Ok(None) };
     g.flush_requested = true;
     g.deliver_by = deliver.map(|d| std::time::Instant::now() + d);
-    cv.notify_all();
+    collector::wake();
     while g.flush_requested {
         g = match deadline {
             None => cv.wait(g).unwrap_or_else(|e| e.into_inner()),
@@ -323,9 +323,7 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
     ownership::claim();
     threads::register_current();
     collector::spawn(agent).map_err(|e| Error::io("cannot start the collector thread", e))?;
-    if let Err(e) = shutdown::install(flush_for_shutdown) {
-        crate::say!("osprey: cannot start the shutdown thread ({e}); no last profile on SIGINT/SIGTERM/SIGHUP");
-    }
+    shutdown::install();
     FORK_HOOK.call_once(|| {
         // SAFETY: registering plain extern "C" callbacks.
         unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_child)) };
@@ -369,15 +367,20 @@ fn install_handlers(cfg: &Config) -> Result<(Vec<Installed>, i32, i32), Error> {
 
 /// Creates `dir` if needed and checks a file can be written in it.
 pub fn check_writable(dir: &Path) -> Result<(), Error> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::io(format!("cannot create output directory {}", dir.display()), e))?;
     // Asked of the kernel (permissions, read-only mounts) rather than by
-    // creating a file: every process of a profiled tree starts here.
+    // creating a file: every process of a profiled tree starts here, and
+    // there the directory exists (one system call).
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| {
         Error::io(format!("output directory {}", dir.display()), std::io::ErrorKind::InvalidInput.into())
     })?;
     // SAFETY: a NUL-terminated path; faccessat only reads it.
-    if unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK | libc::X_OK, libc::AT_EACCESS) } != 0 {
+    let writable = || unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK | libc::X_OK, libc::AT_EACCESS) };
+    if writable() == 0 {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(format!("cannot create output directory {}", dir.display()), e))?;
+    if writable() != 0 {
         let e = std::io::Error::last_os_error();
         return Err(Error::io(format!("output directory {} is not writable", dir.display()), e));
     }
@@ -394,7 +397,8 @@ fn new_runtime_id() -> String {
     }
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let h: String = b.iter().flat_map(|x| [HEX[(x >> 4) as usize] as char, HEX[(x & 15) as usize] as char]).collect();
     format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
@@ -424,9 +428,9 @@ fn stop(ending: Ending) -> Vec<PathBuf> {
     });
     // 3. Final flush on the collector thread.
     {
-        let (lock, cv) = &*agent.control;
+        let (lock, _) = &*agent.control;
         lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
-        cv.notify_all();
+        collector::wake();
     }
     if let Some(h) = agent.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
         let _ = h.join();
@@ -528,7 +532,7 @@ fn continue_in_child() {
     if collector::spawn(child).is_err() {
         STATE.enabled.store(false, SeqCst);
     }
-    let _ = shutdown::start_thread(flush_for_shutdown);
+    shutdown::arm();
 }
 
 /// Counters for tests and diagnostics.

@@ -2,7 +2,7 @@
 //!
 //! - SIGINT, SIGTERM, SIGHUP whose disposition is the default when the agent
 //!   starts: osprey installs `signal::shutdown::on_terminate`, which asks the
-//!   shutdown thread for a profile, waits for it at most one second, then
+//!   collector thread for a profile, waits for it at most one second, then
 //!   lets the signal kill the process as it would have (same exit status).
 //!   A program that installs its own handler later simply replaces it, and
 //!   the last profile is written at `exit` as usual; at stop, a disposition
@@ -10,11 +10,13 @@
 //! - `abort` and `_exit` (interposed by the preload library) call
 //!   `crate::profiler::flush_bounded`.
 //!
-//! The shutdown thread and the collector block these signals (like every
-//! asynchronous signal, see `crate::threads::spawn_internal`), so the
-//! handler never runs on a thread it waits for.
+//! The collector serves the request itself (no thread of its own: a
+//! process of a profiled tree pays for each thread it starts). It blocks
+//! these signals (like every asynchronous signal, see
+//! `crate::threads::spawn_internal`), so the handler never runs on the
+//! thread it waits for.
 
-use crate::signal::shutdown::{futex_wait, futex_wake, on_sigio, on_terminate, FLUSH_WAIT_NS, SHUTDOWN};
+use crate::signal::shutdown::{futex_wake, on_sigio, on_terminate, FLUSH_WAIT_NS, SHUTDOWN};
 use crate::signal::sys;
 use std::sync::atomic::Ordering::*;
 use std::sync::Mutex;
@@ -23,7 +25,7 @@ use std::time::Duration;
 /// The termination signals osprey writes a last profile for.
 pub const SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
-/// `requested` value that tells the shutdown thread to exit without writing.
+/// `requested` value once the agent stopped: nothing is asked any more.
 const RETIRE: u32 = u32::MAX;
 
 /// Dispositions replaced by osprey: (signal, previous).
@@ -31,8 +33,8 @@ static REPLACED: Mutex<Vec<(i32, libc::sigaction)>> = Mutex::new(Vec::new());
 
 /// Installs the termination handler for each of [`SIGNALS`] whose
 /// disposition is the default (never over the program's handler or SIG_IGN),
-/// and starts the shutdown thread, which calls `flush` when asked.
-pub(crate) fn install(flush: fn()) -> std::io::Result<()> {
+/// and makes this process's collector the one that serves its requests.
+pub(crate) fn install() {
     let mut replaced = REPLACED.lock().unwrap_or_else(|e| e.into_inner());
     // SIGIO over SIG_DFL: a perf clock's signal that found the queue full
     // arrives as SIGIO, which must not end the program (`on_sigio`).
@@ -69,31 +71,34 @@ pub(crate) fn install(flush: fn()) -> std::io::Result<()> {
         }
     }
     drop(replaced);
-    start_thread(flush)
+    arm();
 }
 
-/// Starts the shutdown thread of this process (also in a forked child).
-pub(crate) fn start_thread(flush: fn()) -> std::io::Result<()> {
+/// Makes this process's collector serve termination requests (also in a
+/// forked child, whose collector is a new thread).
+pub(crate) fn arm() {
     SHUTDOWN.requested.store(0, SeqCst);
     SHUTDOWN.done.store(0, SeqCst);
     SHUTDOWN.owner_pid.store(sys::getpid(), SeqCst);
-    crate::threads::spawn_internal("osprey-shutdown", move || loop {
-        match SHUTDOWN.requested.load(Acquire) {
-            0 => futex_wait(&SHUTDOWN.requested, 0, 0),
-            RETIRE => return,
-            _ => {
-                flush();
-                SHUTDOWN.done.store(1, Release);
-                futex_wake(&SHUTDOWN.done);
-                return;
-            }
-        }
-    })?;
-    Ok(())
+}
+
+/// The termination signal whose profile the collector owes, if any: asked
+/// by the handler in this process, not yet written.
+pub(crate) fn pending_request() -> Option<u32> {
+    let sig = SHUTDOWN.requested.load(Acquire);
+    let owed = sig != 0 && sig != RETIRE && SHUTDOWN.done.load(Acquire) == 0;
+    (owed && SHUTDOWN.owner_pid.load(Acquire) == sys::getpid()).then_some(sig)
+}
+
+/// The profile a termination request asked for is written: the handler
+/// waiting for it goes on.
+pub(crate) fn request_served() {
+    SHUTDOWN.done.store(1, Release);
+    futex_wake(&SHUTDOWN.done);
 }
 
 /// At stop: the program's dispositions come back where osprey's handler is
-/// still installed, and the shutdown thread exits.
+/// still installed, and a handler still waiting goes on.
 pub(crate) fn uninstall() {
     for (sig, previous) in REPLACED.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
         // SAFETY: querying, then restoring the saved disposition.
@@ -104,10 +109,9 @@ pub(crate) fn uninstall() {
             }
         }
     }
+    let _ = SHUTDOWN.requested.compare_exchange(0, RETIRE, SeqCst, SeqCst);
     SHUTDOWN.done.store(1, SeqCst);
-    if SHUTDOWN.requested.compare_exchange(0, RETIRE, SeqCst, SeqCst).is_ok() {
-        futex_wake(&SHUTDOWN.requested);
-    }
+    futex_wake(&SHUTDOWN.done);
 }
 
 /// How long the `abort`/`_exit` paths wait for the profile

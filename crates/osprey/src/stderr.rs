@@ -3,13 +3,20 @@
 //!
 //! Programs close or reuse descriptor 2 (`xz` closes it before `exit`, where
 //! the agent's last lines are written; daemons `dup2` a log file onto it).
-//! So [`open`] keeps a copy of it high in the descriptor table (like the
-//! perf clocks, close-on-exec), and [`say`] writes a line only to a
+//! So [`open`] keeps a copy of it (close-on-exec) at the top of the
+//! descriptor table every process starts with ([`COPY_BASE`]), and [`say`]
+//! writes a line only to a
 //! descriptor that still names that file (same device and inode): the copy,
 //! or descriptor 2 when the program closed the copy. Otherwise the line is
 //! dropped: osprey never writes into a file the program opened.
 
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
+
+/// The lowest number the copy of descriptor 2 takes: the last slot of the
+/// table the kernel embeds in every process (64 descriptors). Higher, the
+/// table grows (128 KiB at 16384 descriptors), and every `fork` of the
+/// process copies it: a profiled shell pays that at each command it starts.
+const COPY_BASE: i32 = 63;
 
 /// The copy of descriptor 2, or -1.
 static COPY: AtomicI32 = AtomicI32::new(-1);
@@ -34,7 +41,7 @@ pub fn open() {
     DEV.store(dev, Relaxed);
     INO.store(ino, Relaxed);
     // SAFETY: duplicating descriptor 2 into a new number of our own.
-    let copy = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, crate::cpu_clock::high_fd_base()) };
+    let copy = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, COPY_BASE.min(crate::cpu_clock::high_fd_base())) };
     if copy >= 0 && COPY.compare_exchange(-1, copy, AcqRel, Acquire).is_err() {
         // SAFETY: the copy just made is ours.
         unsafe { libc::close(copy) };

@@ -110,7 +110,7 @@ pub fn is_internal(tid: i32) -> bool {
 }
 
 /// Takes the calling thread out of profiling for good, without charging
-/// anything: for osprey's own threads (the collector, the shutdown thread),
+/// anything: for osprey's own threads (the collector, upload threads),
 /// which an interposed `pthread_create` registered like any other.
 pub fn forget_current() {
     let me = sys::gettid();
@@ -188,7 +188,7 @@ pub fn current_or_register() -> Option<&'static Record> {
     register_current().map(|(_, r)| r)
 }
 
-/// Starts one of osprey's own threads (the collector, the shutdown thread).
+/// Starts one of osprey's own threads (the collector, upload threads).
 ///
 /// Returns once the thread has made itself internal. Invariant: it runs
 /// with every asynchronous signal blocked from its first instruction (the mask is inherited from the creator, set around the spawn)
@@ -404,6 +404,9 @@ pub fn thread_name(tid: i32) -> String {
 /// Stack mapping `[lo, hi)` of the calling thread (pthread_getattr_np; the
 /// main thread's lower bound comes from RLIMIT_STACK). Not signal-safe.
 pub fn current_stack_bounds() -> Option<(usize, usize)> {
+    if let Some(b) = main_stack_bounds() {
+        return Some(b);
+    }
     // SAFETY: attr initialised by pthread_getattr_np and destroyed after use.
     unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
@@ -416,6 +419,36 @@ pub fn current_stack_bounds() -> Option<(usize, usize)> {
         libc::pthread_attr_destroy(&mut attr);
         ok.then(|| (addr as usize, addr as usize + size))
     }
+}
+
+/// The main thread's stack without reading `/proc/self/maps` (which
+/// `pthread_getattr_np` does for it, at every process start): its top is
+/// the end of the page holding the end of the `AT_EXECFN` string, the
+/// first thing the kernel copies below the top at `execve`; its bottom is
+/// the rlimit below that, as for `[stack]` in [`stack_bounds_of`]. `None`
+/// (ask libc) off the main thread, when the calling frame is not inside
+/// those bounds (a thread that forked: its child's only thread runs on a
+/// thread stack), or without a stack limit.
+pub fn main_stack_bounds() -> Option<(usize, usize)> {
+    if sys::gettid() != sys::getpid() {
+        return None;
+    }
+    // SAFETY: getauxval reads the auxiliary vector; 0 when absent.
+    let execfn = unsafe { libc::getauxval(libc::AT_EXECFN) } as usize;
+    if execfn == 0 {
+        return None;
+    }
+    // SAFETY: AT_EXECFN points at a NUL-terminated string the kernel wrote.
+    let len = unsafe { libc::strlen(execfn as *const libc::c_char) };
+    let page = 4096;
+    let hi = (execfn + len + 1).next_multiple_of(page);
+    let limit = stack_rlimit();
+    if limit >= 1 << 30 {
+        return None;
+    }
+    let lo = hi.saturating_sub(limit);
+    let here = &execfn as *const usize as usize;
+    (lo <= here && here < hi).then_some((lo, hi))
 }
 
 /// The mapping of `/proc/self/maps` (its contents `maps`) that contains

@@ -1,4 +1,4 @@
-//! osprey's own threads (the collector, the shutdown thread) never take a
+//! osprey's own threads (the collector, upload threads) never take a
 //! signal meant for the program: a process-directed signal is handled on a
 //! thread of the program even when its main thread blocks it, and osprey's
 //! threads are never profiled as the program's.

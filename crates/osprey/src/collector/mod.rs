@@ -1,8 +1,10 @@
 //! The collector: osprey's one background thread. It scans for threads
 //! nobody announced, keeps the unwind tables current (`crate::unwind_tables`),
 //! drains the per-thread sample rings every drain interval,
-//! and each period rotates storage, aggregates and writes a profile. It never
-//! runs on the signal path and is never sampled itself.
+//! and each period rotates storage, aggregates and writes a profile; it also
+//! writes the profile a termination signal asks for (`crate::shutdown`). It
+//! never runs on the signal path and is never sampled itself. It sleeps on
+//! the futex word `SHUTDOWN.wake`, which every request bumps ([`wake`]).
 
 mod aggregate;
 mod heap;
@@ -19,9 +21,10 @@ use crate::discovery::{Discovery, Unsampled};
 use crate::dispositions::Installed;
 use crate::record::{SampleKind, RING_CAPACITY};
 use crate::registry::Registry;
+use crate::signal::shutdown::{futex_wait, futex_wake, SHUTDOWN};
 use crate::signal::sys;
 use crate::storage::CallTraceStorage;
-use crate::{takeover, threads, unwind_tables};
+use crate::{shutdown, takeover, threads, unwind_tables};
 use osprey_pprof as pprof;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -67,6 +70,13 @@ pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Wakes the collector after a request was posted (a flush or stop flag set
+/// in [`Control`]).
+pub(crate) fn wake() {
+    SHUTDOWN.wake.fetch_add(1, std::sync::atomic::Ordering::Release);
+    futex_wake(&SHUTDOWN.wake);
+}
+
 fn run(agent: &'static Agent) {
     let Some(reg) = Registry::get() else { return };
     let storage = agent.storage;
@@ -99,6 +109,9 @@ fn run(agent: &'static Agent) {
     let mut next_wall = now;
     let mut own = own::OwnCpu::default();
     loop {
+        // Read before looking for work: a request posted after this bumps it,
+        // and the wait below returns at once.
+        let seq = SHUTDOWN.wake.load(std::sync::atomic::Ordering::Acquire);
         match &mut tables {
             Some(t) => unwind_tables::refresh(t),
             None if born.elapsed() >= agent.tables_after => tables = Some(unwind_tables::fresh()),
@@ -150,7 +163,8 @@ fn run(agent: &'static Agent) {
         if stop {
             break;
         }
-        if flush_now || now >= next_flush {
+        let terminating = shutdown::pending_request().is_some();
+        if flush_now || terminating || now >= next_flush {
             drain_perf(&mut discovery, &mut aggregator, reg);
             aggregator.add_unsampled(discovery.take_unsampled());
             let file = write(agent, &mut aggregator, reg, storage, delivery.as_ref(), &mut own, &mut report);
@@ -164,16 +178,19 @@ fn run(agent: &'static Agent) {
             g.last_file = file.clone();
             g.files.extend(file);
             cv.notify_all();
+            drop(g);
+            if terminating {
+                shutdown::request_served();
+            }
             next_flush = Instant::now() + cfg.period;
         }
         let mut wake = next_scan.min(next_drain).min(next_flush).min(next_takeover_check);
         if wall.is_some() {
             wake = wake.min(next_wall);
         }
-        let g = lock.lock().unwrap_or_else(|e| e.into_inner());
-        if !g.stop && !g.flush_requested {
-            let _ = cv.wait_timeout(g, wake.saturating_duration_since(Instant::now()));
-        }
+        // At least 1 ns: a zero timeout would mean no limit.
+        let ns = wake.saturating_duration_since(Instant::now()).as_nanos().clamp(1, u64::MAX as u128) as u64;
+        futex_wait(&SHUTDOWN.wake, seq, ns);
     }
     // Final flush: sampling is already off and no handler is in flight (see `profiler::stop`).
     discovery.check_now(reg);

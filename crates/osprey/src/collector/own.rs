@@ -1,7 +1,7 @@
 //! osprey's own CPU in this process, reported in each profile under
 //! [`super::FRAME_AGENT`] so that a profile accounts for all the CPU of its
 //! process, the profiler's share included: the CPU of osprey's threads
-//! (the collector, uploads, the shutdown thread) and of the setup osprey
+//! (the collector, uploads) and of the setup osprey
 //! did on the program's threads before their clocks ran (agent start, the
 //! child side of `fork`).
 

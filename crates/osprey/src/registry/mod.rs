@@ -10,7 +10,7 @@
 //!
 //! # How the handler finds its record (no lazy TLS)
 //! A tid-indexed table (`tid -> record index + 1`, one `AtomicU32` per possible
-//! tid up to `/proc/sys/kernel/pid_max`) is mapped once, lazily committed by
+//! tid up to the kernel's ceiling for `pid_max`) is mapped once, lazily committed by
 //! the kernel. The handler reads `gettid()` with a raw syscall and loads one
 //! entry. No `__tls_get_addr`, no `pthread_getspecific`, no errno; it even works
 //! on a raw `clone` thread whose `%fs` is not a libc thread pointer.

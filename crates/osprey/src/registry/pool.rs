@@ -8,6 +8,9 @@ use crate::record::{Record, RecordState};
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Mutex;
 
+/// The highest `/proc/sys/kernel/pid_max` the kernel accepts (64-bit).
+const PID_MAX_LIMIT: usize = 4_194_304;
+
 /// Serialises growth of the pool (see `add_segment_locked`).
 static GROW_LOCK: Mutex<()> = Mutex::new(());
 
@@ -28,12 +31,10 @@ impl Registry {
     }
 
     fn new(cfg: RegistryConfig) -> std::io::Result<Registry> {
-        let tid_limit = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-            .ok()
-            .and_then(|s| s.trim().parse::<usize>().ok())
-            .unwrap_or(4_194_304)
-            .min(4_194_304)
-            + 1;
+        // The kernel's ceiling for `pid_max`, not its value now: nothing to
+        // read at start, and a `pid_max` raised later is covered. Untouched
+        // entries cost no memory.
+        let tid_limit = PID_MAX_LIMIT + 1;
         let tid_table = map_zeroed(tid_limit * 4)? as *const AtomicU32;
         let depth_table = map_zeroed(tid_limit * 4)? as *const AtomicU32;
         let segment_len = cfg.capacity.max(1);

@@ -2,7 +2,7 @@
 //! disposition was the default (osprey installs [`on_terminate`] only then).
 //!
 //! It asks for the profile so far (sets [`SHUTDOWN`]`.requested` and wakes
-//! the agent's shutdown thread with a futex), waits for `done` at most
+//! the agent's collector thread with a futex), waits for `done` at most
 //! [`FLUSH_WAIT_NS`], puts back the default disposition and sends the signal
 //! to its own thread again: the signal is blocked while the handler runs, so
 //! it is delivered, and kills the process, as the handler returns. The exit
@@ -19,11 +19,14 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering::*};
 /// How long the handler waits for the profile to be written.
 pub const FLUSH_WAIT_NS: u64 = 1_000_000_000;
 
-/// What the termination handler and the agent's shutdown thread share.
+/// What the termination handler and the agent's collector thread share.
 ///
 /// Invariant: `requested` goes from 0 to a signal number once per process
 /// (the handler's CAS); `done` goes from 0 to 1 after the profile asked for
-/// was written (or could not be). Both are futex words.
+/// was written (or could not be). `wake` is bumped by whoever posts work
+/// for the collector (this handler, flush and stop requests) before waking
+/// it: the collector sleeps on it with the value it read before looking
+/// for work, so no request is missed. All three are futex words.
 pub struct ShutdownState {
     /// 0, or the signal that asked for the last profile.
     pub requested: AtomicU32,
@@ -31,11 +34,17 @@ pub struct ShutdownState {
     pub done: AtomicU32,
     /// The process whose agent serves the request (0: none).
     pub owner_pid: AtomicI32,
+    /// The collector's wake-up sequence (see above).
+    pub wake: AtomicU32,
 }
 
 /// The process's one shutdown state.
-pub static SHUTDOWN: ShutdownState =
-    ShutdownState { requested: AtomicU32::new(0), done: AtomicU32::new(0), owner_pid: AtomicI32::new(0) };
+pub static SHUTDOWN: ShutdownState = ShutdownState {
+    requested: AtomicU32::new(0),
+    done: AtomicU32::new(0),
+    owner_pid: AtomicI32::new(0),
+    wake: AtomicU32::new(0),
+};
 
 /// `futex(FUTEX_WAIT)` on `word` while it holds `expected`, for at most
 /// `timeout_ns` (0: no limit). Returns on wake, timeout, signal or mismatch.
@@ -70,7 +79,8 @@ pub(crate) unsafe extern "C" fn on_terminate(sig: libc::c_int, _info: *mut libc:
     let pid = sys::getpid();
     if SHUTDOWN.owner_pid.load(Acquire) == pid {
         if SHUTDOWN.requested.compare_exchange(0, sig as u32, AcqRel, Acquire).is_ok() {
-            futex_wake(&SHUTDOWN.requested);
+            SHUTDOWN.wake.fetch_add(1, Release);
+            futex_wake(&SHUTDOWN.wake);
         }
         let deadline = sys::monotonic_ns().saturating_add(FLUSH_WAIT_NS);
         while SHUTDOWN.done.load(Acquire) == 0 {

@@ -1,0 +1,106 @@
+//! What the agent costs a process at start, as structure rather than time
+//! (timings are in `bench/start_cost.py`): a profiled process gets one
+//! thread of osprey's, the collector, which also serves the last profile
+//! on SIGINT/SIGTERM/SIGHUP; the agent's copy of stderr stays inside the
+//! descriptor table every process starts with (a higher one makes the
+//! kernel grow the table, and every `fork` copy it).
+//!
+//! Needs the workspace built (`cargo build --workspace`).
+
+use osprey_testkit::cc::compile_source;
+use osprey_testkit::profile::profile_files;
+use osprey_testkit::{osprey, tempdir};
+use std::process::Command;
+
+/// Lists its threads (names) and its open descriptors after 300 ms, then
+/// waits for SIGTERM if asked (`argv[1]`), else exits.
+const PROBE: &str = r#"
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static void list(const char *dir, int names) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[256], comm[64] = "";
+        if (names) {
+            snprintf(path, sizeof path, "%s/%s/comm", dir, e->d_name);
+            FILE *f = fopen(path, "r");
+            if (f) { if (!fgets(comm, sizeof comm, f)) comm[0] = 0; fclose(f); }
+            comm[strcspn(comm, "\n")] = 0;
+        }
+        printf("%s %s\n", names ? "thread" : "fd", names ? comm : e->d_name);
+    }
+    closedir(d);
+}
+int main(int argc, char **argv) {
+    volatile unsigned long x = 0;
+    for (unsigned long i = 0; i < 50000000UL; i++) x += i;
+    usleep(300000);
+    list("/proc/self/task", 1);
+    list("/proc/self/fd", 0);
+    printf("ready\n");
+    fflush(stdout);
+    if (argc > 1) pause();
+    return 0;
+}
+"#;
+
+fn lines<'a>(out: &'a str, kind: &str) -> Vec<&'a str> {
+    out.lines().filter_map(|l| l.strip_prefix(kind)).map(str::trim).collect()
+}
+
+/// The program's main thread and the collector: no other thread of
+/// osprey's; no descriptor of osprey's above the 64 every process has.
+#[test]
+fn one_agent_thread_and_no_high_descriptor() {
+    let dir = tempdir("agent-start");
+    let probe = compile_source(&dir, "probe", PROBE);
+    let out_dir = dir.join("out");
+    let o = Command::new(osprey()).args(["exec", "--out"]).arg(&out_dir).arg("--").arg(&probe).output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    let threads = lines(&stdout, "thread ");
+    assert_eq!(threads, ["probe", "osprey-collect"], "{stdout}");
+    // The agent's descriptors: those the probe does not have alone (the
+    // test harness may pass some down).
+    let alone = Command::new(&probe).output().unwrap();
+    let alone = String::from_utf8_lossy(&alone.stdout);
+    let ours: Vec<&str> = lines(&stdout, "fd ").into_iter().filter(|f| !lines(&alone, "fd ").contains(f)).collect();
+    assert!(ours.iter().all(|f| f.parse::<i32>().unwrap() < 64), "a descriptor at 64 or above: {ours:?}");
+    assert_eq!(profile_files(&out_dir).len(), 1, "{stdout}");
+}
+
+/// SIGTERM with the default disposition: the collector writes the profile
+/// so far, then the program dies of the signal.
+#[test]
+fn sigterm_profile_is_written_by_the_collector() {
+    use std::io::BufRead;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempdir("agent-start-term");
+    let probe = compile_source(&dir, "probe", PROBE);
+    let out_dir = dir.join("out");
+    // The agent preloaded directly: `osprey exec` would forward the signal.
+    let mut child = Command::new(&probe)
+        .arg("wait")
+        .env("LD_PRELOAD", osprey_testkit::paths::preload_lib())
+        .env("OSPREY_OUT", &out_dir)
+        .env_remove("OSPREY_ROOT_PID")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.ends_with("ready\n") {
+        assert!(stdout.read_line(&mut seen).unwrap() > 0, "the probe ended early: {seen}");
+    }
+    assert_eq!(lines(&seen, "thread "), ["probe", "osprey-collect"], "{seen}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGTERM), "{st:?}");
+    assert_eq!(profile_files(&out_dir).len(), 1, "no profile after SIGTERM");
+}
