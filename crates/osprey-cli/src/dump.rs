@@ -146,27 +146,33 @@ fn read_remote(tid: i32, addr: u64, buf: &mut [u8]) -> usize {
     usize::try_from(n).unwrap_or(0)
 }
 
-/// The function name of every frame, keyed by (pc, is a return address):
-/// one symbolization pass over all of them; `module+0xoffset` when unnamed.
+/// The function name of every frame, keyed by (pc, is a return address).
 fn name_frames(pid: i32, threads: &[Thread], modules: &osprey_unwind::ModuleSet) -> HashMap<(u64, bool), String> {
     let mut keys: Vec<(u64, bool)> =
         threads.iter().flat_map(|t| t.pcs.iter().enumerate().map(|(i, &pc)| (pc, i > 0))).collect();
     keys.sort_unstable();
     keys.dedup();
-    let resolved = osprey_pprof::symbolize::symbolize(pid, &keys, false);
-    keys.into_iter()
-        .zip(resolved)
-        .map(|((pc, ret), r)| {
-            let name = r.lines.last().map(|l| l.name.clone()).unwrap_or_else(|| {
-                let at = if ret { pc.saturating_sub(1) } else { pc };
-                modules.module_for(at).map_or_else(
-                    || "[unknown]".to_string(),
-                    |m| osprey_unwind::symbols::module_offset_name(&m.path, at - m.bias),
-                )
-            });
-            ((pc, ret), name)
-        })
-        .collect()
+    name_pcs(pid, &keys, Some(modules)).collect()
+}
+
+/// Names `(pc, is a return address)` keys of `pid` in one symbolization
+/// pass; `module+0xoffset` (from `modules`) or `[unknown]` when unnamed.
+pub(crate) fn name_pcs<'a>(
+    pid: i32,
+    keys: &'a [(u64, bool)],
+    modules: Option<&'a osprey_unwind::ModuleSet>,
+) -> impl Iterator<Item = ((u64, bool), String)> + 'a {
+    let resolved = osprey_pprof::symbolize::symbolize(pid, keys, false);
+    keys.iter().zip(resolved).map(move |(&(pc, ret), r)| {
+        let name = r.lines.last().map(|l| l.name.clone()).unwrap_or_else(|| {
+            let at = if ret { pc.saturating_sub(1) } else { pc };
+            modules.and_then(|m| m.module_for(at)).map_or_else(
+                || "[unknown]".to_string(),
+                |m| osprey_unwind::symbols::module_offset_name(&m.path, at - m.bias),
+            )
+        });
+        ((pc, ret), name)
+    })
 }
 
 fn state_text(s: &target::ThreadState) -> String {

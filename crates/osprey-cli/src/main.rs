@@ -10,6 +10,7 @@ mod report;
 mod status;
 mod supervise;
 mod target;
+mod top;
 mod tree;
 
 use clap::{Parser, Subcommand};
@@ -149,6 +150,9 @@ enum Cmd {
         #[arg(long)]
         native: bool,
     },
+    /// A live view of the functions using CPU in a process (--pid) or a command (-- CMD),
+    /// refreshed every --interval; one table per interval when stdout is not a terminal.
+    Top(top::Args),
     /// Top functions and a flamegraph from profile files.
     Report {
         /// Profile files (default: every one in ./profiles).
@@ -177,6 +181,7 @@ fn main() -> ExitCode {
         Cmd::Exec { sampling, children, cmd } => exec::exec(&sampling, children, &cmd),
         Cmd::Attach { pid, duration, sampling } => attach::attach(pid, duration, &sampling),
         Cmd::Dump { pid, json, native } => dump::run(pid, json, native),
+        Cmd::Top(args) => top::run(&args),
         Cmd::Report { files, top, flamegraph, sample_index, pid, process } => {
             let filter = report::Filter { pids: pid, processes: process };
             report::run(&files, top, flamegraph.as_deref(), sample_index.as_deref(), &filter)

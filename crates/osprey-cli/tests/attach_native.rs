@@ -6,7 +6,7 @@
 //! compiler; perf_event_open allowed (root, or kernel.perf_event_paranoid <= 1).
 
 use osprey_pprof::pprof::Profile;
-use osprey_testkit::cc::Cc;
+use osprey_testkit::cc::compile_frameless;
 use osprey_testkit::profile::function_names;
 use osprey_testkit::{osprey, tempdir};
 use std::io::Read;
@@ -14,14 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// `tests/c/NAME.c` built with `-O2 -fomit-frame-pointer` into `dir`.
+/// `tests/c/NAME.c` built without frame pointers into `dir`.
 fn build_c(dir: &Path, name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    Cc::new("cc").flags(FRAMELESS).build(&src, &dir.join(name))
+    compile_frameless(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c"), name, dir)
 }
-
-/// Optimized, without frame pointers: the unwinder needs the CFI tables.
-const FRAMELESS: [&str; 3] = ["-O2", "-fomit-frame-pointer", "-pthread"];
 
 /// Each sample's function names (leaf first) and CPU nanoseconds.
 fn stacks(p: &Profile) -> Vec<(Vec<String>, i64)> {
