@@ -37,6 +37,8 @@ struct Thread {
     fs_base: u64,
     /// CPython: its Python frames, innermost first.
     python: Option<Vec<PyFrame>>,
+    /// CPython: its `threading.Thread` name.
+    python_name: Option<String>,
 }
 
 pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
@@ -51,8 +53,17 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
     for tid in target::threads(pid) {
         let state = target::thread_state(pid, tid);
         let name = target::thread_name(pid, tid);
-        let mut t =
-            Thread { tid, name, state, pcs: Vec::new(), truncated: true, error: None, fs_base: 0, python: None };
+        let mut t = Thread {
+            tid,
+            name,
+            state,
+            pcs: Vec::new(),
+            truncated: true,
+            error: None,
+            fs_base: 0,
+            python: None,
+            python_name: None,
+        };
         match copy_stack(tid, &maps, &mut stack) {
             Ok((regs, fs_base, len, stopped)) => {
                 longest = longest.max(stopped);
@@ -78,6 +89,15 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
                 continue
             }
             Err(e) if threads.is_empty() && matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
+                if target::exiting(pid, tid) {
+                    return Err(Failure::from(format!("pid {pid} exited during the dump: nothing printed")));
+                }
+                // A thread has one tracer: a debugger, strace, or another dump at this moment.
+                if let Some(by) = tracer(pid, tid) {
+                    return Err(Failure::from(format!(
+                        "pid {pid} is being traced by pid {by} (a debugger, strace, or another `osprey dump`): try again once it detaches"
+                    )));
+                }
                 let hint = osprey_python::permission_hint(pid);
                 return Err(Failure::from(format!("permission denied: ptrace of process {pid} refused ({e}): {hint}")));
             }
@@ -92,15 +112,25 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
             threads.iter().filter(|t| t.fs_base != 0).map(|t| (t.fs_base, t.tid)).collect();
         match dump_python::stacks(pid, &fs_bases) {
             Ok(mut py) => {
-                threads.iter_mut().for_each(|t| t.python = py.remove(&t.tid));
+                for t in &mut threads {
+                    if let Some(p) = py.remove(&t.tid) {
+                        (t.python, t.python_name) = (Some(p.frames), p.name);
+                    }
+                }
                 show_native = native;
             }
+            // Gone meanwhile: said once, below.
+            Err(_) if !target::alive(pid) => {}
             Err(e) => eprintln!(
                 "osprey: pid {pid} runs CPython, yet its Python frames could not be read ({e}): native frames shown"
             ),
         }
     }
     let names = name_frames(pid, &threads, unwinder.modules());
+    // Its maps, which named the frames, and its Python state are gone with it.
+    if !target::alive(pid) {
+        return Err(Failure::from(format!("pid {pid} exited during the dump: nothing printed")));
+    }
     let process = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_string();
     let d = Dump { pid, process: &process, threads: &threads, names: &names, native: show_native };
     print!("{}", if json { d.json() } else { d.text() });
@@ -132,6 +162,17 @@ fn copy_stack(
     let n = read_remote(tid, regs.sp, &mut buf[..len]);
     drop(stopped);
     Ok((regs, r.fs_base, n, t0.elapsed()))
+}
+
+/// The process tracing thread `tid` of `pid`, if it is traced.
+fn tracer(pid: i32, tid: i32) -> Option<i32> {
+    let field = |path: String, key: &str| -> Option<i32> {
+        let status = std::fs::read_to_string(path).ok()?;
+        status.lines().find_map(|l| l.strip_prefix(key))?.trim().parse().ok()
+    };
+    // `TracerPid` is the tracing thread; its `Tgid` the process.
+    let by = field(format!("/proc/{pid}/task/{tid}/status"), "TracerPid:").filter(|&b| b != 0)?;
+    Some(field(format!("/proc/{by}/status"), "Tgid:").unwrap_or(by))
 }
 
 /// `process_vm_readv` of `buf.len()` bytes at `addr` of `tid`'s process; bytes read.
@@ -201,7 +242,12 @@ impl Dump<'_> {
         let mut o = String::new();
         let _ = writeln!(o, "pid {} ({}): {} threads", self.pid, self.process, self.threads.len());
         for t in self.threads {
-            let _ = writeln!(o, "\nthread {} \"{}\" {}", t.tid, t.name, state_text(&t.state));
+            // A Python thread's name first, as py-spy shows it; the OS name after when it differs.
+            let name = match &t.python_name {
+                Some(p) if *p != t.name => format!("\"{p}\" (os \"{}\")", t.name),
+                _ => format!("\"{}\"", t.name),
+            };
+            let _ = writeln!(o, "\nthread {} {name} {}", t.tid, state_text(&t.state));
             for f in t.python.iter().flatten() {
                 let _ = writeln!(o, "  py  {} ({}:{})", f.function, f.file, f.line);
             }
@@ -234,6 +280,9 @@ impl Dump<'_> {
                     "syscall": t.state.syscall,
                     "error": t.error,
                 });
+                if let Some(n) = &t.python_name {
+                    v["python_name"] = n.as_str().into();
+                }
                 if self.native {
                     let frames: Vec<serde_json::Value> = t
                         .pcs
