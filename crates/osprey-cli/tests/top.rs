@@ -113,6 +113,20 @@ fn a_command_keeps_its_output_and_exit_status() {
     let o = Command::new(osprey()).args(["top", "--", "sh", "-c", "kill -TERM $$"]).output().unwrap();
     assert_eq!(o.status.signal(), Some(libc::SIGTERM), "{:?}", o.status);
 
+    // A signal a process sends to osprey reaches the command, which ends as
+    // it would have: here, killed by it.
+    let c = Command::new(osprey())
+        .args(["top", "--interval", "0.2", "--", "sleep", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    // SAFETY: kill of our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let o = osprey_testkit::run::output_within(c, Duration::from_secs(10), "top after SIGTERM");
+    assert_eq!(o.status.signal(), Some(libc::SIGTERM), "{:?}", o.status);
+
     let o = Command::new(osprey()).args(["top", "--", "/nonexistent/program"]).output().unwrap();
     assert_eq!(o.status.code(), Some(127), "{:?}", o.status);
     assert_eq!(String::from_utf8_lossy(&o.stderr).trim_end().lines().count(), 1);

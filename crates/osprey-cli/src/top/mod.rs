@@ -16,10 +16,11 @@
 //! the target's exit.
 
 mod sampling;
+mod signals;
 mod table;
 mod terminal;
 
-use crate::{exec, supervise, target, Failure};
+use crate::{supervise, target, Failure};
 use sampling::Event;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -74,7 +75,7 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     if !(1..=10_000).contains(&a.hz) {
         return Err(Failure::usage(format!("--hz {} must be within 1-10000", a.hz)));
     }
-    let stop = exec::stop_on_ctrl_c();
+    let stop = signals::install();
     let (pid, child) = match (a.pid, a.cmd.is_empty()) {
         (Some(pid), true) => {
             target::check(pid)?;
@@ -128,6 +129,13 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     if !supervise::has_exited(pid) && interactive {
         eprintln!("osprey: waiting for {} (pid {pid}) to exit", a.cmd[0]);
     }
+    // Signals a process sent to osprey go on to the command (the terminal's
+    // reached it already), until it exits.
+    while !supervise::has_exited(pid) {
+        signals::relay(pid);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signals::relay(pid);
     Ok(supervise::end_like(supervise::reap(pid)))
 }
 
