@@ -2,7 +2,8 @@
 //! pointers, Rust's CFI), a program that keeps forking and executing
 //! children (not followed; its output and status unchanged), and Debian's
 //! /usr/bin/python3.11 (libpython linked in) with `--native`, and a program
-//! blocked in read() and futex (no CPU: no samples).
+//! blocked in read() and futex (no CPU: no samples); targets exiting while
+//! attached.
 //!
 //! Needs the osprey binary built (`cargo build -p osprey-cli`), rustc, a C
 //! compiler, perf_event_open and ptrace allowed.
@@ -163,5 +164,40 @@ fn a_blocked_program_gets_no_cpu_samples_and_is_left_unchanged() {
     assert!(err.contains("no samples"), "{err}");
     drop(c.stdin.take());
     assert_eq!(c.wait().unwrap().code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A target that exits while attached: the attach ends then (long before
+/// its `--duration`) with one line saying so, and writes what it sampled;
+/// native and CPython alike.
+#[test]
+fn a_target_exiting_during_the_attach_ends_it() {
+    let _cpu = slots(1);
+    let dir = tempdir("attach-exit");
+    let bin = compile_frameless(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c"), "attach_split", &dir);
+    let mut targets: Vec<(&str, Command)> = Vec::new();
+    let mut native = Command::new(&bin);
+    native.arg("100");
+    targets.push(("native", native));
+    if let Some(py) = python("3.12") {
+        let script = py.script();
+        targets.push(("cpython", py.command(&[&script, "short", "2"])));
+    }
+    for (what, mut cmd) in targets {
+        let mut t = cmd.stdout(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let o = Command::new(osprey())
+            .args(["attach", "--pid", &t.id().to_string(), "--duration", "60", "--out"])
+            .arg(dir.join(what))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{what}: {err}");
+        // 60 s asked: only the exit ends it this early.
+        assert!(started.elapsed() < Duration::from_secs(30), "{what}: {err}");
+        assert!(err.contains("profile(s) written"), "{what}: {err}");
+        assert_eq!(t.wait().unwrap().code(), Some(0), "{what}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
