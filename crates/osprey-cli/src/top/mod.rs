@@ -98,14 +98,16 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     let what = format!("pid {pid} ({process})");
     let watch = Watch { rx: &rx, stop, deadline: duration.map(|d| Instant::now() + d) };
     let interactive = terminal::is_tty(0) && terminal::is_tty(1);
-    let ended = if interactive {
-        let raw = terminal::Raw::enter(0).map_err(|e| Failure::from(format!("the terminal: {e}")))?;
-        let rows = terminal::size(1).0.saturating_sub(CHROME).max(1);
-        view.rows = a.rows.unwrap_or(rows);
-        watch.interactive(&raw, &mut view, &what)
-        // `raw` dropped here: the terminal is restored before anything else is printed.
-    } else {
-        watch.batch(&view, &what)
+    // A terminal that refuses its settings gets the tables instead.
+    let raw = if interactive { terminal::Raw::enter(0).ok() } else { None };
+    let ended = match raw {
+        Some(raw) => {
+            let rows = terminal::size(1).0.saturating_sub(CHROME).max(1);
+            view.rows = a.rows.unwrap_or(rows);
+            watch.interactive(&raw, &mut view, &what)
+            // `raw` dropped here: the terminal is restored before anything else is printed.
+        }
+        None => watch.batch(&view, &what),
     };
     stop.store(true, Ordering::SeqCst);
     let _ = sampler.join();
