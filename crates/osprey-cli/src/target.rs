@@ -124,6 +124,8 @@ mod tests {
         assert_eq!(check(-3).err().map(|f| f.code), Some(2));
         assert!(threads(me).contains(&me));
         assert!(!thread_name(me, me).is_empty());
+        assert!(!exiting(me, me));
+        assert!(exiting(me, i32::MAX), "a thread that is not there counts as gone");
     }
 
     #[test]
