@@ -37,6 +37,8 @@ struct Thread {
     fs_base: u64,
     /// CPython: its Python frames, innermost first.
     python: Option<Vec<PyFrame>>,
+    /// CPython: its `threading.Thread` name.
+    python_name: Option<String>,
 }
 
 pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
@@ -51,8 +53,17 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
     for tid in target::threads(pid) {
         let state = target::thread_state(pid, tid);
         let name = target::thread_name(pid, tid);
-        let mut t =
-            Thread { tid, name, state, pcs: Vec::new(), truncated: true, error: None, fs_base: 0, python: None };
+        let mut t = Thread {
+            tid,
+            name,
+            state,
+            pcs: Vec::new(),
+            truncated: true,
+            error: None,
+            fs_base: 0,
+            python: None,
+            python_name: None,
+        };
         match copy_stack(tid, &maps, &mut stack) {
             Ok((regs, fs_base, len, stopped)) => {
                 longest = longest.max(stopped);
@@ -78,6 +89,15 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
                 continue
             }
             Err(e) if threads.is_empty() && matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
+                if target::exiting(pid, tid) {
+                    return Err(Failure::from(format!("pid {pid} exited during the dump: nothing printed")));
+                }
+                // A thread has one tracer: a debugger, strace, or another dump at this moment.
+                if let Some(by) = tracer(pid, tid) {
+                    return Err(Failure::from(format!(
+                        "pid {pid} is being traced by pid {by} (a debugger, strace, or another `osprey dump`): try again once it detaches"
+                    )));
+                }
                 let hint = osprey_python::permission_hint(pid);
                 return Err(Failure::from(format!("permission denied: ptrace of process {pid} refused ({e}): {hint}")));
             }
@@ -92,15 +112,25 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
             threads.iter().filter(|t| t.fs_base != 0).map(|t| (t.fs_base, t.tid)).collect();
         match dump_python::stacks(pid, &fs_bases) {
             Ok(mut py) => {
-                threads.iter_mut().for_each(|t| t.python = py.remove(&t.tid));
+                for t in &mut threads {
+                    if let Some(p) = py.remove(&t.tid) {
+                        (t.python, t.python_name) = (Some(p.frames), p.name);
+                    }
+                }
                 show_native = native;
             }
+            // Gone meanwhile: said once, below.
+            Err(_) if !target::alive(pid) => {}
             Err(e) => eprintln!(
                 "osprey: pid {pid} runs CPython, yet its Python frames could not be read ({e}): native frames shown"
             ),
         }
     }
     let names = name_frames(pid, &threads, unwinder.modules());
+    // Its maps, which named the frames, and its Python state are gone with it.
+    if !target::alive(pid) {
+        return Err(Failure::from(format!("pid {pid} exited during the dump: nothing printed")));
+    }
     let process = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_string();
     let d = Dump { pid, process: &process, threads: &threads, names: &names, native: show_native };
     print!("{}", if json { d.json() } else { d.text() });
@@ -134,6 +164,17 @@ fn copy_stack(
     Ok((regs, r.fs_base, n, t0.elapsed()))
 }
 
+/// The process tracing thread `tid` of `pid`, if it is traced.
+fn tracer(pid: i32, tid: i32) -> Option<i32> {
+    let field = |path: String, key: &str| -> Option<i32> {
+        let status = std::fs::read_to_string(path).ok()?;
+        status.lines().find_map(|l| l.strip_prefix(key))?.trim().parse().ok()
+    };
+    // `TracerPid` is the tracing thread; its `Tgid` the process.
+    let by = field(format!("/proc/{pid}/task/{tid}/status"), "TracerPid:").filter(|&b| b != 0)?;
+    Some(field(format!("/proc/{by}/status"), "Tgid:").unwrap_or(by))
+}
+
 /// `process_vm_readv` of `buf.len()` bytes at `addr` of `tid`'s process; bytes read.
 fn read_remote(tid: i32, addr: u64, buf: &mut [u8]) -> usize {
     if buf.is_empty() {
@@ -146,27 +187,33 @@ fn read_remote(tid: i32, addr: u64, buf: &mut [u8]) -> usize {
     usize::try_from(n).unwrap_or(0)
 }
 
-/// The function name of every frame, keyed by (pc, is a return address):
-/// one symbolization pass over all of them; `module+0xoffset` when unnamed.
+/// The function name of every frame, keyed by (pc, is a return address).
 fn name_frames(pid: i32, threads: &[Thread], modules: &osprey_unwind::ModuleSet) -> HashMap<(u64, bool), String> {
     let mut keys: Vec<(u64, bool)> =
         threads.iter().flat_map(|t| t.pcs.iter().enumerate().map(|(i, &pc)| (pc, i > 0))).collect();
     keys.sort_unstable();
     keys.dedup();
-    let resolved = osprey_pprof::symbolize::symbolize(pid, &keys, false);
-    keys.into_iter()
-        .zip(resolved)
-        .map(|((pc, ret), r)| {
-            let name = r.lines.last().map(|l| l.name.clone()).unwrap_or_else(|| {
-                let at = if ret { pc.saturating_sub(1) } else { pc };
-                modules.module_for(at).map_or_else(
-                    || "[unknown]".to_string(),
-                    |m| osprey_unwind::symbols::module_offset_name(&m.path, at - m.bias),
-                )
-            });
-            ((pc, ret), name)
-        })
-        .collect()
+    name_pcs(pid, &keys, Some(modules)).collect()
+}
+
+/// Names `(pc, is a return address)` keys of `pid` in one symbolization
+/// pass; `module+0xoffset` (from `modules`) or `[unknown]` when unnamed.
+pub(crate) fn name_pcs<'a>(
+    pid: i32,
+    keys: &'a [(u64, bool)],
+    modules: Option<&'a osprey_unwind::ModuleSet>,
+) -> impl Iterator<Item = ((u64, bool), String)> + 'a {
+    let resolved = osprey_pprof::symbolize::symbolize(pid, keys, false);
+    keys.iter().zip(resolved).map(move |(&(pc, ret), r)| {
+        let name = r.lines.last().map(|l| l.name.clone()).unwrap_or_else(|| {
+            let at = if ret { pc.saturating_sub(1) } else { pc };
+            modules.and_then(|m| m.module_for(at)).map_or_else(
+                || "[unknown]".to_string(),
+                |m| osprey_unwind::symbols::module_offset_name(&m.path, at - m.bias),
+            )
+        });
+        ((pc, ret), name)
+    })
 }
 
 fn state_text(s: &target::ThreadState) -> String {
@@ -195,7 +242,12 @@ impl Dump<'_> {
         let mut o = String::new();
         let _ = writeln!(o, "pid {} ({}): {} threads", self.pid, self.process, self.threads.len());
         for t in self.threads {
-            let _ = writeln!(o, "\nthread {} \"{}\" {}", t.tid, t.name, state_text(&t.state));
+            // A Python thread's name first, as py-spy shows it; the OS name after when it differs.
+            let name = match &t.python_name {
+                Some(p) if *p != t.name => format!("\"{p}\" (os \"{}\")", t.name),
+                _ => format!("\"{}\"", t.name),
+            };
+            let _ = writeln!(o, "\nthread {} {name} {}", t.tid, state_text(&t.state));
             for f in t.python.iter().flatten() {
                 let _ = writeln!(o, "  py  {} ({}:{})", f.function, f.file, f.line);
             }
@@ -228,6 +280,9 @@ impl Dump<'_> {
                     "syscall": t.state.syscall,
                     "error": t.error,
                 });
+                if let Some(n) = &t.python_name {
+                    v["python_name"] = n.as_str().into();
+                }
                 if self.native {
                     let frames: Vec<serde_json::Value> = t
                         .pcs

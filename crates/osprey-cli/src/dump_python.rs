@@ -14,12 +14,24 @@ pub struct PyFrame {
     pub line: i64,
 }
 
-/// The Python stacks of `pid`'s threads, innermost frame first, by kernel
-/// thread id. `fs_bases`: each thread's fs base (its `pthread_self`), which
-/// names the thread states of Pythons before 3.11 (no native id in them).
-pub fn stacks(pid: i32, fs_bases: &HashMap<u64, i32>) -> Result<HashMap<i32, Vec<PyFrame>>, String> {
+/// One thread's Python side.
+#[derive(Clone, Debug)]
+pub struct PyThread {
+    /// Its `threading.Thread` name, if it has one that could be read.
+    pub name: Option<String>,
+    /// Innermost first.
+    pub frames: Vec<PyFrame>,
+}
+
+/// The Python stacks and thread names of `pid`'s threads, by kernel thread
+/// id. `fs_bases`: each thread's fs base (its `pthread_self`), which names
+/// the thread states of Pythons before 3.11 (no native id in them).
+pub fn stacks(pid: i32, fs_bases: &HashMap<u64, i32>) -> Result<HashMap<i32, PyThread>, String> {
     let t = osprey_python::open_target(pid).map_err(|e| e.to_string())?;
     let tstates = osprey_python::threads::list_tstates(&t).map_err(|e| format!("thread states: {e}"))?;
+    // `threading._active`, as the sampler reads it (bounded reads, no stop).
+    let mut names = osprey_python::thread_names::ThreadNames::default();
+    names.refresh(&t);
     let mut walks = osprey_python::stack::Walks::default();
     let mut retries = 0;
     let mut out = HashMap::new();
@@ -37,7 +49,7 @@ pub fn stacks(pid: i32, fs_bases: &HashMap<u64, i32>) -> Result<HashMap<i32, Vec
                 Frame::Native { addr, .. } => PyFrame { function: format!("{addr:#x}"), file: String::new(), line: 0 },
             })
             .collect();
-        out.insert(tid, frames);
+        out.insert(tid, PyThread { name: names.name(ts.addr).map(str::to_string), frames });
     }
     Ok(out)
 }

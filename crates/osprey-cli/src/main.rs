@@ -11,6 +11,7 @@ mod report;
 mod status;
 mod supervise;
 mod target;
+mod top;
 mod tree;
 
 use clap::{Parser, Subcommand};
@@ -150,6 +151,9 @@ enum Cmd {
         #[arg(long)]
         native: bool,
     },
+    /// A live view of the functions using CPU in a process (--pid) or a command (-- CMD),
+    /// refreshed every --interval; one table per interval when stdout is not a terminal.
+    Top(top::Args),
     /// Top functions, folded stacks, speedscope or pprof, a flamegraph and
     /// a timeline from profile files.
     Report {
@@ -216,6 +220,7 @@ fn main() -> ExitCode {
         Cmd::Exec { sampling, children, cmd } => exec::exec(&sampling, children, &cmd),
         Cmd::Attach { pid, duration, sampling } => attach::attach(pid, duration, &sampling),
         Cmd::Dump { pid, json, native } => dump::run(pid, json, native),
+        Cmd::Top(args) => top::run(&args),
         Cmd::Report {
             files,
             top,

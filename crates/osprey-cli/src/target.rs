@@ -43,6 +43,17 @@ pub fn alive(pid: i32) -> bool {
     osprey_procfs::stat::Stat::parse(&text).is_some_and(|s| !matches!(s.state, b'Z' | b'X'))
 }
 
+/// `PF_EXITING` in the flags: the thread is on its way out.
+const PF_EXITING: u64 = 0x4;
+
+/// Thread `tid` of `pid` is exiting or gone, or the whole process is (a
+/// ptrace of an exiting thread is refused with EPERM, as if not allowed).
+pub fn exiting(pid: i32, tid: i32) -> bool {
+    let Ok(text) = std::fs::read(format!("/proc/{pid}/task/{tid}/stat")) else { return true };
+    let Some(s) = osprey_procfs::stat::Stat::parse(&text) else { return true };
+    matches!(s.state, b'Z' | b'X') || s.num::<u64>(9).is_some_and(|f| f & PF_EXITING != 0) || !alive(pid)
+}
+
 /// `/proc/PID/task/TID/comm`, empty if unreadable.
 pub fn thread_name(pid: i32, tid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default().trim_end().to_string()
@@ -113,6 +124,8 @@ mod tests {
         assert_eq!(check(-3).err().map(|f| f.code), Some(2));
         assert!(threads(me).contains(&me));
         assert!(!thread_name(me, me).is_empty());
+        assert!(!exiting(me, me));
+        assert!(exiting(me, i32::MAX), "a thread that is not there counts as gone");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! compiler; perf_event_open allowed (root, or kernel.perf_event_paranoid <= 1).
 
 use osprey_pprof::pprof::Profile;
-use osprey_testkit::cc::Cc;
+use osprey_testkit::cc::compile_frameless;
 use osprey_testkit::profile::function_names;
 use osprey_testkit::{osprey, tempdir};
 use std::io::Read;
@@ -14,14 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// `tests/c/NAME.c` built with `-O2 -fomit-frame-pointer` into `dir`.
+/// `tests/c/NAME.c` built without frame pointers into `dir`.
 fn build_c(dir: &Path, name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    Cc::new("cc").flags(FRAMELESS).build(&src, &dir.join(name))
+    compile_frameless(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c"), name, dir)
 }
-
-/// Optimized, without frame pointers: the unwinder needs the CFI tables.
-const FRAMELESS: [&str; 3] = ["-O2", "-fomit-frame-pointer", "-pthread"];
 
 /// Each sample's function names (leaf first) and CPU nanoseconds.
 fn stacks(p: &Profile) -> Vec<(Vec<String>, i64)> {
@@ -81,16 +77,30 @@ fn attach_reaches_main_keeps_the_split_and_leaves_the_target_unchanged() {
     }
 }
 
-/// Runs `osprey attach --pid PID --duration 1`: (status, stderr).
+/// The commands that take `--pid`, each cut short.
+const PID_COMMANDS: [&[&str]; 3] = [&["attach", "--duration", "1"], &["dump"], &["top", "--duration", "1"]];
+
+/// Runs each of [`PID_COMMANDS`] with `--pid=PID`: (status, stderr) of
+/// the first, after checking that the others end the same way.
 fn attach(pid: &str) -> (i32, String) {
-    let o = Command::new(osprey()).args(["attach", &format!("--pid={pid}"), "--duration", "1"]).output().unwrap();
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
+    let mut first: Option<(i32, String)> = None;
+    for args in PID_COMMANDS {
+        let o = Command::new(osprey()).args(&args[..1]).arg(format!("--pid={pid}")).args(&args[1..]).output().unwrap();
+        let r = (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned());
+        assert!(o.stdout.is_empty(), "{args:?} {pid}: {}", String::from_utf8_lossy(&o.stdout));
+        match &first {
+            None => first = Some(r),
+            Some(f) => assert_eq!((f.0, f.1.lines().count()), (r.0, r.1.lines().count()), "{args:?} {pid}: {r:?}"),
+        }
+    }
+    first.unwrap()
 }
 
 fn one_line(stderr: &str) {
     assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
 }
 
+/// attach, dump and top alike.
 #[test]
 fn what_cannot_be_attached_to_is_refused_in_one_line() {
     // Pids stay below pid_max: that one never exists.
@@ -128,4 +138,40 @@ fn what_cannot_be_attached_to_is_refused_in_one_line() {
         assert!(err.contains("kernel thread"), "{err}");
         one_line(&err);
     }
+}
+
+/// Two attaches at once to one process: perf events are per attach, so both
+/// sample it, and the target ends as it would have.
+#[test]
+fn two_attaches_at_once_both_work() {
+    let dir = tempdir("twice");
+    let bin = build_c(&dir, "attach_split");
+    let alone = Command::new(&bin).arg("300").output().unwrap();
+    let mut target = Command::new(&bin).arg("300").stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = target.id().to_string();
+    let runs: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            Command::new(osprey())
+                .args(["attach", "--pid", &pid, "--duration", "1.5", "--out"])
+                .arg(dir.join(n))
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (r, n) in runs.into_iter().zip(["a", "b"]) {
+        let o = r.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{n}: {err}");
+        let p = osprey_pprof::read_profile(&std::fs::read_dir(dir.join(n)).unwrap().next().unwrap().unwrap().path());
+        let all = stacks(&p.unwrap());
+        assert!(all.iter().any(|s| s.0.iter().any(|f| f == "fifty")), "{n}: {all:?}");
+    }
+    let mut stdout = String::new();
+    target.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    assert_eq!(target.wait().unwrap().code(), alone.status.code());
+    assert_eq!(stdout, String::from_utf8_lossy(&alone.stdout));
+    let _ = std::fs::remove_dir_all(&dir);
 }

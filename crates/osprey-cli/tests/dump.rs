@@ -97,13 +97,15 @@ fn a_thousand_threads_are_dumped() {
     let _ = std::fs::remove_dir_all(bin.parent().unwrap());
 }
 
-/// A CPython process shows its Python frames (skipped without `python3`).
+/// A CPython process shows its Python frames and thread names (skipped
+/// without `python3`).
 #[test]
 fn cpython_threads_show_python_frames() {
     let script = "import sys, threading\n\
                   def waits_on_event(ev):\n    ev.wait()\n\
                   def reads_stdin():\n    return sys.stdin.read(1)\n\
-                  threading.Thread(target=waits_on_event, args=(threading.Event(),), daemon=True).start()\n\
+                  threading.Thread(target=waits_on_event, args=(threading.Event(),), daemon=True,\n\
+                                   name='a-waiter-named-beyond-15-bytes').start()\n\
                   print('ready', flush=True)\n\
                   reads_stdin()\n";
     let Ok(mut c) = Command::new("python3").args(["-c", script]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()
@@ -123,6 +125,71 @@ fn cpython_threads_show_python_frames() {
     let main = threads.iter().find(|t| t["tid"] == c.id()).unwrap();
     assert_eq!(main["syscall"], "read", "{main}");
     assert_eq!(py(main), ["reads_stdin", "<module>"], "{main}");
-    assert!(threads.iter().any(|t| py(t).contains(&"waits_on_event".to_string())), "{v}");
+    assert_eq!(main["python_name"], "MainThread", "{main}");
+    let waiter =
+        threads.iter().find(|t| py(t).contains(&"waits_on_event".to_string())).unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(waiter["python_name"], "a-waiter-named-beyond-15-bytes", "{waiter}");
+    let text = dump(c.id(), false);
+    assert!(text.contains(&format!("thread {} \"a-waiter-named-beyond-15-bytes\" (os ", waiter["tid"])), "{text}");
     finish(c);
+}
+
+/// A thread has one tracer: a dump while another tracer holds the process
+/// (here this test, as a debugger or a second dump would) says so in one
+/// line, and the target is left running.
+#[test]
+fn a_traced_process_is_refused_with_its_tracer() {
+    let bin = blocked_c();
+    let c = start(&bin, 0);
+    let pid = c.id() as i32;
+    // SAFETY: seizing our own child's main thread; no stop, detached below.
+    assert_eq!(unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0usize, 0usize) }, 0);
+    let o = Command::new(osprey()).args(["dump", "--pid", &pid.to_string()]).output().unwrap();
+    // SAFETY: detaching the thread seized above: a detach needs it stopped, hence the interrupt and wait.
+    unsafe {
+        libc::ptrace(libc::PTRACE_INTERRUPT, pid, 0usize, 0usize);
+        let mut st = 0;
+        libc::waitpid(pid, &mut st, libc::__WALL);
+        libc::ptrace(libc::PTRACE_DETACH, pid, 0usize, 0usize);
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("being traced by pid {}", std::process::id())), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    finish(c);
+}
+
+/// A process that exits while it is dumped: either the dump was done first,
+/// or one line says it exited (status 1); never a partial dump.
+#[test]
+fn a_process_exiting_during_the_dump() {
+    let bin = blocked_c();
+    let mut said_exited = 0;
+    for _ in 0..3 {
+        let mut c = start(&bin, 1000);
+        let d = Command::new(osprey())
+            .args(["dump", "--json", "--pid", &c.id().to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        drop(c.stdin.take());
+        let o = d.wait_with_output().unwrap();
+        assert_eq!(c.wait().unwrap().code(), Some(0), "the target did not end as it would have");
+        let err = String::from_utf8_lossy(&o.stderr);
+        if o.status.success() {
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(v["threads"].as_array().unwrap().len(), 1002, "{err}");
+        } else {
+            assert_eq!(o.status.code(), Some(1), "{err}");
+            // During the dump, or already before it began (a zombie).
+            assert!(err.contains("exited during the dump") || err.contains("has exited"), "{err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+            assert!(o.stdout.is_empty());
+            said_exited += 1;
+        }
+    }
+    eprintln!("{said_exited} of 3 dumps saw the exit");
+    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
 }

@@ -8,6 +8,10 @@ use std::process::Command;
 /// native walk follows them), debug information, threads.
 pub const FRAME_POINTERS: [&str; 4] = ["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"];
 
+/// Optimized, without frame pointers: walks need the CFI tables
+/// (`osprey attach`/`top` to native programs).
+pub const FRAMELESS: [&str; 3] = ["-O2", "-fomit-frame-pointer", "-pthread"];
+
 /// One compiler invocation: `COMPILER FLAGS -I include SRC AFTER -o OUT`,
 /// `include` being the workspace's public C headers.
 #[derive(Clone, Debug)]
@@ -65,6 +69,11 @@ impl Cc {
 /// the source (e.g. `-ldl`).
 pub fn compile_c(src: &Path, out: &Path, extra: &[&str]) -> PathBuf {
     Cc::new("cc").flags(FRAME_POINTERS).after(extra).build(src, out)
+}
+
+/// `cc` with [`FRAMELESS`]: compiles `src_dir/NAME.c` into `out_dir/NAME`.
+pub fn compile_frameless(src_dir: impl AsRef<Path>, name: &str, out_dir: &Path) -> PathBuf {
+    Cc::new("cc").flags(FRAMELESS).build(&src_dir.as_ref().join(format!("{name}.c")), &out_dir.join(name))
 }
 
 /// Compiles `src_dir/NAME.c` into `out_dir/NAME` as [`compile_c`] does.
