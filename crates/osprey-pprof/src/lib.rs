@@ -12,6 +12,7 @@
 //! | [`encode`] | [`ProfileData`] -> [`pprof::Profile`] |
 //! | [`file`](mod@file) | file names, gzip, write-then-rename |
 //! | [`read`] | reading pprof files back |
+//! | [`merge`] | several profiles into one (an `exec --children` tree's period) |
 //! | [`summary`] | flat/cum per function, folded stacks |
 //! | [`top`] | the top-functions table of a summary |
 //!
@@ -23,6 +24,7 @@ pub mod encode;
 mod error;
 pub mod file;
 pub mod maps;
+pub mod merge;
 pub mod pprof;
 pub mod read;
 pub mod strings;
