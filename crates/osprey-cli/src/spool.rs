@@ -16,7 +16,9 @@
 //!   next merge of that spool rather than merging the parts twice;
 //! - a spool whose owner is gone (osprey killed) is merged by the next
 //!   `osprey exec --children` with the same output directory;
-//! - a part that cannot be read is moved to `OUT` as it is, never dropped.
+//! - a part that cannot be read is moved to `OUT` as it is, never dropped;
+//! - the temporary files of writers killed mid-write (osprey's merge, an
+//!   agent's part) stay inside the spool and go when it is closed.
 
 use flate2::write::GzEncoder;
 use std::io::{self, Write};
@@ -86,28 +88,41 @@ impl Spool {
     /// writes to it: the next `osprey exec --children` merges that).
     pub fn close(self, pid: i32) -> io::Result<Option<PathBuf>> {
         let file = self.merge(pid)?;
+        self.sweep();
         let _ = std::fs::remove_dir(&self.dir);
         Ok(file)
     }
 
-    /// Complete parts (agents write under dot names, then link).
-    fn parts(&self) -> io::Result<Vec<PathBuf>> {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| !n.starts_with('.') && n.ends_with(".pb.gz"))
-            })
-            .collect();
-        v.sort();
-        Ok(v)
+    /// Removes the temporary files of writers that are gone (killed while
+    /// writing): this spool's own, and a part's (`.osprey-<pid>-<n>.tmp`,
+    /// see `osprey_pprof::file`) whose process has ended.
+    fn sweep(&self) {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else { return };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let writer = name.strip_prefix(".osprey-").and_then(|r| r.split('-').next()?.parse::<i32>().ok());
+            let gone = match writer {
+                Some(pid) => !Path::new(&format!("/proc/{pid}")).exists(),
+                None => name == ".merge.tmp" || name == ".commit.tmp",
+            };
+            if gone {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 
-    /// Writes `bytes` gzipped and synced under a temporary name in the
-    /// output directory, records the name it will take and the parts it
+    /// Complete parts (agents write under dot names, then link), by name.
+    fn parts(&self) -> io::Result<Vec<PathBuf>> {
+        std::fs::metadata(&self.dir)?;
+        Ok(crate::hints::profile_files(&self.dir).into_iter().collect())
+    }
+
+    /// Writes `bytes` gzipped and synced under a temporary name, records the name it will take and the parts it
     /// replaces in `.commit`, then links it under that name.
     fn publish(&self, pid: i32, bytes: &[u8], parts: &[PathBuf]) -> io::Result<PathBuf> {
-        let tmp = self.out.join(format!(".osprey-merge-{}.tmp", std::process::id()));
+        // In the spool (the same file system as the output directory, for
+        // the link): an osprey killed while writing it leaves it there only.
+        let tmp = self.dir.join(".merge.tmp");
         let written = (|| {
             let mut gz = GzEncoder::new(std::fs::File::create(&tmp)?, flate2::Compression::default());
             gz.write_all(bytes)?;
@@ -170,8 +185,11 @@ pub fn recover(out: &Path) -> Vec<PathBuf> {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some((pid, start)) = name.strip_prefix(PREFIX).and_then(|o| o.split_once('-')) else { continue };
         let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else { continue };
-        if osprey::internals::threads::start_ticks(pid) == Some(start) {
-            continue; // its osprey still runs
+        // Its osprey still runs (or may: a pid whose start time cannot be read).
+        match osprey::internals::threads::start_ticks(pid) {
+            Some(t) if t == start => continue,
+            None if Path::new(&format!("/proc/{pid}")).exists() => continue,
+            _ => {}
         }
         let spool = Spool { dir: e.path(), out: out.to_path_buf() };
         if let Ok(Some(f)) = spool.close(pid) {

@@ -14,16 +14,11 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn exec(dir: &Path, out: &Path, flags: &[&str], cmd: &[&str]) -> Output {
-    Command::new(osprey())
-        .current_dir(dir)
-        .args(["exec", "--children"])
-        .args(flags)
-        .arg("--out")
-        .arg(out)
-        .arg("--")
-        .args(cmd)
-        .output()
-        .expect("run osprey")
+    let mut args = vec!["exec", "--children", "--out", out.to_str().unwrap()];
+    args.extend(flags);
+    args.push("--");
+    args.extend(cmd);
+    Command::new(osprey()).current_dir(dir).args(args).output().expect("run osprey")
 }
 
 /// CPU nanoseconds per `pid` label, and the process names seen per pid.
@@ -180,12 +175,18 @@ fn parts_left_by_a_killed_osprey_are_merged_next_time() {
     assert_eq!(spools.len(), 1, "the killed osprey's spool is left");
     let parts = std::fs::read_dir(spools[0].path()).unwrap().count();
     assert!(parts >= 1, "its last part at least");
+    // What writers killed mid-write leave: osprey's merge, an agent's part.
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    std::fs::write(spools[0].path().join(".merge.tmp"), b"\x1f\x8b torn").unwrap();
+    std::fs::write(spools[0].path().join(format!(".osprey-{}-0.tmp", gone.id())), b"torn").unwrap();
     let before = profile_files(&out).len();
 
     let o = exec(&dir, &out, &["--hz", "200"], &["true"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("osprey: merged the profiles an interrupted run left: "), "{err}");
+    // No spool nor temporary file left.
     assert_eq!(only_profiles(&out), before + 2, "the recovered file and this run's: {err}");
     let ps = read_profiles(&out);
     let (cpu, _) = cpu_by_pid(&ps);
