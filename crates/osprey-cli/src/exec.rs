@@ -7,7 +7,9 @@
 //! process samples from outside instead (see [`crate::tree`]). Staying the
 //! parent is what makes the Python sampler possible without knowing in
 //! advance where a chain of execs ends, and keeps it an ancestor, which
-//! `process_vm_readv` and ptrace permissions ask for.
+//! `process_vm_readv` and ptrace permissions ask for. With `--children` and
+//! files, the tree's processes write into a spool that this loop merges
+//! into one file per period (see [`crate::spool`]).
 
 use crate::spool::Spool;
 use crate::status::StatusDir;

@@ -198,3 +198,41 @@ pub fn recover(out: &Path) -> Vec<PathBuf> {
     }
     files
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(spool: &Spool, stacks: &[(&str, i64)]) -> PathBuf {
+        let data = osprey_testkit::profile::folded(stacks);
+        osprey_pprof::write_profile(spool.path(), &data).unwrap()
+    }
+
+    /// Parts merge into one file and go; a `.commit` left by a crash after
+    /// the link makes the next merge delete its parts without merging them
+    /// again; one naming a file that was never linked keeps them.
+    #[test]
+    fn merges_once_even_after_a_crash_between_link_and_delete() {
+        let out = osprey_testkit::tempdir("spool-commit");
+        let spool = Spool::create(&out).unwrap();
+        part(&spool, &[("main;a", 2)]);
+        part(&spool, &[("main;b", 3)]);
+        let merged = spool.merge(7).unwrap().expect("a merged file");
+        let p = osprey_pprof::read_profile(&merged).unwrap();
+        assert_eq!(p.sample.iter().map(|s| s.value[0]).sum::<i64>(), 5);
+        assert!(spool.parts().unwrap().is_empty());
+
+        let again = part(&spool, &[("main;a", 2)]);
+        spool.record(&merged, std::slice::from_ref(&again)).unwrap();
+        assert_eq!(spool.merge(7).unwrap(), None, "already in {}", merged.display());
+        assert!(!again.exists() && !spool.path().join(COMMIT).exists());
+
+        let kept = part(&spool, &[("main;c", 1)]);
+        spool.record(&out.join("osprey-7-never.pb.gz"), std::slice::from_ref(&kept)).unwrap();
+        assert!(spool.merge(7).unwrap().is_some(), "never linked: merged now");
+        let dir = spool.path().to_path_buf();
+        assert_eq!(spool.close(7).unwrap(), None);
+        assert!(!dir.exists());
+        assert_eq!(crate::hints::profile_files(&out).len(), 2);
+    }
+}
