@@ -7,8 +7,11 @@
 //! process samples from outside instead (see [`crate::tree`]). Staying the
 //! parent is what makes the Python sampler possible without knowing in
 //! advance where a chain of execs ends, and keeps it an ancestor, which
-//! `process_vm_readv` and ptrace permissions ask for.
+//! `process_vm_readv` and ptrace permissions ask for. With `--children` and
+//! files, the tree's processes write into a spool that this loop merges
+//! into one file per period (see [`crate::spool`]).
 
+use crate::spool::Spool;
 use crate::status::StatusDir;
 use crate::{hints, supervise, tree, Failure, Sampling};
 use std::os::unix::fs::PermissionsExt;
@@ -67,9 +70,13 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     // Files and backends for the preloaded agent (OSPREY_OUT only when
     // files are written; see `osprey_upload::UploadConfig::to_env`).
     c.env_remove("OSPREY_OUT");
+    // With --children the tree's profiles go through a spool: one file a period.
+    let recovered = if children && up.out.is_some() { crate::spool::recover(&cfg.out_dir) } else { Vec::new() };
+    let spool = (children && up.out.is_some()).then(|| Spool::create(&absolute(&cfg.out_dir)).ok()).flatten();
     for (k, v) in up.to_env() {
-        match k.as_str() {
-            "OSPREY_OUT" => c.env(k, absolute(Path::new(&v))),
+        match (k.as_str(), &spool) {
+            ("OSPREY_OUT", Some(s)) => c.env(k, s.path()),
+            ("OSPREY_OUT", None) => c.env(k, absolute(Path::new(&v))),
             _ => c.env(k, v),
         };
     }
@@ -98,21 +105,34 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let started = Instant::now();
     let child = c.spawn().map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
     let pid = child.id() as i32;
-    let opts = osprey_python::Options { from_start: true, ..python_options(&cfg, &up, None, s) };
-    let mut tree = tree::Tree::new(pid, children, opts, up.clone());
+    let mut opts = osprey_python::Options { from_start: true, ..python_options(&cfg, &up, None, s) };
+    let mut tree_up = up.clone();
+    if let Some(sp) = &spool {
+        opts.out_dir = sp.path().to_path_buf();
+        tree_up.out = Some(sp.path().to_path_buf());
+    }
+    let mut tree = tree::Tree::new(pid, children, opts, tree_up);
     // Scans come every 5 ms while the tree changes (a launcher chain execs
     // within milliseconds) and back off while it does not; the command's
     // exit, relayed signals and a CPython image's agent wake the loop at once.
     let longest = if children { SCAN_MAX_TREE } else { SCAN_MAX };
     let mut interval = SCAN_MIN;
+    let mut next_merge = started + cfg.period;
+    let mut spool_errors = Vec::new();
     while !supervise::has_exited(pid) {
         interval = if tree.scan() { SCAN_MIN } else { (interval * 2).min(longest) };
-        supervise::relay(pid, interval);
+        if let Some(sp) = spool.as_ref().filter(|_| Instant::now() >= next_merge) {
+            spool_errors.extend(sp.merge(pid).err());
+            next_merge = Instant::now() + cfg.period;
+        }
+        let until_merge = spool.as_ref().map_or(interval, |_| next_merge.saturating_duration_since(Instant::now()));
+        supervise::relay(pid, interval.min(until_merge));
     }
     let wall = started.elapsed();
     let cpu = supervise::tree_cpu(pid);
     let ended = supervise::reap(pid);
     let finished = tree.finish();
+    spool_errors.extend(spool.and_then(|sp| sp.close(pid).err()));
     let reports = status.as_ref().map(StatusDir::reports).unwrap_or_default();
     let uploads = osprey_upload::report::merge_uploads(
         reports.iter().flat_map(|r| r.uploads.iter()).chain(finished.iter().flat_map(|f| f.uploads.iter())),
@@ -133,6 +153,13 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
             let pids: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
             eprintln!("osprey: pid {}: {w}", pids.join(", "));
         }
+        for f in &recovered {
+            eprintln!("osprey: merged the profiles an interrupted run left: {}", f.display());
+        }
+    }
+    // Not silenced by --quiet: the parts stay in the spool for the next run.
+    if let Some(e) = spool_errors.first() {
+        eprintln!("osprey: cannot merge the tree's profiles in {}: {e}", cfg.out_dir.display());
     }
     let written: Vec<PathBuf> = hints::profile_files(&cfg.out_dir).difference(&before).cloned().collect();
     if written.is_empty() && !out_existed && up.out.is_some() {

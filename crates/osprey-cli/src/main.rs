@@ -8,6 +8,7 @@ mod dump_python;
 mod exec;
 mod hints;
 mod report;
+mod spool;
 mod status;
 mod supervise;
 mod target;

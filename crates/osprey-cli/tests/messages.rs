@@ -72,3 +72,31 @@ fn files_alone_are_named() {
     assert!(line.starts_with("osprey: 1 profile written: "), "{err}");
     assert!(!err.contains("delivered"), "{err}");
 }
+
+/// With `--children` the tree's processes are merged into one file per
+/// period while each process still goes to the backend on its own: the
+/// lines count the merged files written and the profiles delivered.
+#[test]
+fn children_count_merged_files_and_delivered_profiles() {
+    let dir = tempdir("msg-tree");
+    let r = Receiver::start(|_, _| ok());
+    let script = busy_script(&dir);
+    let out = std::process::Command::new(osprey())
+        .current_dir(&dir)
+        .args(["exec", "--hz", "200", "--children", "--out", "p", "--otlp", &r.url, "--"])
+        .arg("/bin/sh")
+        .arg("-c")
+        .arg(format!("/bin/sh {}; /bin/sh {}", script.display(), script.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_no_false_alarm(&err);
+    let files = err.lines().find(|l| l.starts_with("osprey: 1 profile written: p/"));
+    assert!(files.is_some(), "one merged file for the tree:\n{err}");
+    assert_eq!(std::fs::read_dir(dir.join("p")).unwrap().count(), 1, "{err}");
+    // The root shell and its two children, each its own profile.
+    let line = err.lines().find(|l| l.starts_with("osprey: otlp: ")).unwrap_or_else(|| panic!("no otlp line:\n{err}"));
+    assert!(line.contains("3 profiles delivered to"), "{err}");
+    assert_eq!(r.wait_for(3, Duration::from_secs(5)).len(), 3, "{err}");
+}

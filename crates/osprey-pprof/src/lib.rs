@@ -14,7 +14,7 @@
 //! | [`read`] | reading pprof files back |
 //! | [`check`] | what makes decoded bytes a profile |
 //! | [`frames`] | a sample's stack as functions, files, lines |
-//! | [`merge`] | several profiles as one |
+//! | [`merge`] | several profiles as one (a `--children` tree's period, `report --format pprof`) |
 //! | [`summary`] | flat/cum per function, folded stacks |
 //! | [`top`] | the top-functions table of a summary |
 //!

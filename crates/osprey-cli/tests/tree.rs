@@ -1,0 +1,205 @@
+//! `osprey exec --children` writes one profile file per period for the whole
+//! process tree (the processes' parts merged by `osprey exec`, see
+//! crates/osprey-cli/src/spool.rs), every sample labelled with its process,
+//! so `osprey report --pid` still separates them; a child killed by SIGKILL
+//! loses at most its unwritten period, and the parts an `osprey exec` killed
+//! by SIGKILL leaves are merged by the next one.
+
+use osprey_pprof::pprof::Profile;
+use osprey_testkit::profile::{function_names, label, profile_files, read_profiles};
+use osprey_testkit::{osprey, tempdir};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn exec(dir: &Path, out: &Path, flags: &[&str], cmd: &[&str]) -> Output {
+    let mut args = vec!["exec", "--children", "--out", out.to_str().unwrap()];
+    args.extend(flags);
+    args.push("--");
+    args.extend(cmd);
+    Command::new(osprey()).current_dir(dir).args(args).output().expect("run osprey")
+}
+
+/// CPU nanoseconds per `pid` label, and the process names seen per pid.
+fn cpu_by_pid(ps: &[Profile]) -> (BTreeMap<i64, i64>, BTreeMap<i64, String>) {
+    let (mut cpu, mut names) = (BTreeMap::new(), BTreeMap::new());
+    for p in ps {
+        let i = p.sample_type.iter().position(|t| p.string(t.r#type) == "cpu").expect("a cpu sample type");
+        for s in &p.sample {
+            let (_, pid) = label(p, s, "pid").expect("every sample has a pid label");
+            *cpu.entry(pid).or_default() += s.value[i];
+            if let Some((name, _)) = label(p, s, "process") {
+                names.insert(pid, name.to_string());
+            }
+        }
+    }
+    (cpu, names)
+}
+
+/// The output directory holds exactly the profile files (no spool left).
+fn only_profiles(out: &Path) -> usize {
+    let all: Vec<String> =
+        std::fs::read_dir(out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(all.iter().all(|n| n.starts_with("osprey-") && n.ends_with(".pb.gz")), "{all:?}");
+    all.len()
+}
+
+fn report(out: &Path, args: &[&str]) -> (bool, String) {
+    let o = Command::new(osprey()).arg("report").arg(out).args(args).output().unwrap();
+    (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+}
+
+/// 200 `/bin/true` from a shell loop: one file, with a profile of each of
+/// the 201 processes in it, which `report --pid` tells apart.
+#[test]
+fn shell_loop_is_one_file_with_every_process() {
+    let dir = tempdir("tree-loop");
+    let out = dir.join("profiles");
+    let script = "i=0; while [ $i -lt 200 ]; do /bin/true & echo $!; wait $!; i=$((i+1)); done; echo $$";
+    let o = exec(&dir, &out, &["--period", "60"], &["sh", "-c", script]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let pids: Vec<i64> = String::from_utf8_lossy(&o.stdout).lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(pids.len(), 201);
+    assert_eq!(only_profiles(&out), 1, "one file for the tree: {err}");
+    assert!(err.lines().last().unwrap().starts_with("osprey: 1 profile written: "), "{err}");
+    let (cpu, names) = cpu_by_pid(&read_profiles(&out));
+    let missing: Vec<&i64> = pids.iter().filter(|p| !cpu.contains_key(p)).collect();
+    assert!(missing.is_empty(), "processes without a profile: {missing:?} of {}", pids.len());
+    assert_eq!(names.get(&pids[0]).map(String::as_str), Some("true"));
+    assert_eq!(names.get(&pids[200]).map(String::as_str), Some("sh"));
+    // `report --pid` separates them: the shell's stacks have no `true` in
+    // them, a true's has (and the forked shell it was before its exec).
+    let (ok, text) = report(&out, &["--pid", &pids[7].to_string()]);
+    assert!(ok && text.contains("true+") && text.contains("1 file"), "{text}");
+    let (ok, text) = report(&out, &["--pid", &pids[200].to_string(), "--top", "500"]);
+    assert!(ok && text.contains("dash") && !text.contains("true+"), "{text}");
+    let (ok, text) = report(&out, &["--pid", "1"]);
+    assert!(!ok, "no samples of pid 1: {text}");
+}
+
+/// 40 C files compiled by `make -j2` (make, and per file the compiler
+/// driver, cc1 and as): one file, every process in it.
+#[test]
+fn make_j2_of_40_files_is_one_file() {
+    let dir = tempdir("tree-make");
+    for i in 0..40 {
+        std::fs::write(dir.join(format!("f{i}.c")), format!("int f{i}(int x) {{ return x * {i} + 1; }}\n")).unwrap();
+    }
+    let objs: Vec<String> = (0..40).map(|i| format!("f{i}.o")).collect();
+    std::fs::write(dir.join("Makefile"), format!("all: {}\n%.o: %.c\n\tgcc -O1 -c $< -o $@\n", objs.join(" ")))
+        .unwrap();
+    let out = dir.join("profiles");
+    let o = exec(&dir, &out, &["--period", "60"], &["make", "-j2"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(objs.iter().all(|f| dir.join(f).is_file()), "every object built");
+    assert_eq!(only_profiles(&out), 1, "{err}");
+    let (cpu, names) = cpu_by_pid(&read_profiles(&out));
+    let count = |n: &str| names.values().filter(|v| v.as_str() == n).count();
+    assert_eq!(count("make"), 1, "{names:?}");
+    assert_eq!(count("gcc"), 40, "{names:?}");
+    assert_eq!(count("cc1"), 40, "{names:?}");
+    assert_eq!(count("as"), 40, "{names:?}");
+    assert!(cpu.values().all(|&v| v > 0));
+    let cc1 = names.iter().find(|(_, n)| n.as_str() == "cc1").map(|(p, _)| *p).unwrap();
+    let (ok, text) = report(&out, &["--pid", &cc1.to_string(), "--top", "200"]);
+    assert!(ok && !text.contains("make"), "{text}");
+}
+
+/// A busy child killed by SIGKILL keeps every period it had written; the
+/// tree's files are one per period (plus the one the boundary makes).
+#[test]
+fn sigkilled_child_keeps_its_written_periods() {
+    let dir = tempdir("tree-kill");
+    let out = dir.join("profiles");
+    // The child's CPU (utime + stime, in clock ticks) just before its SIGKILL.
+    let script = "sh -c 'while :; do :; done' & p=$!; echo $p; sleep 2; \
+                  cut -d' ' -f14,15 /proc/$p/stat; kill -9 $p; wait $p; exit 0";
+    let started = Instant::now();
+    let o = exec(&dir, &out, &["--period", "0.5", "--hz", "200"], &["sh", "-c", script]);
+    let wall = started.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let mut lines = stdout.lines();
+    let pid: i64 = lines.next().unwrap().parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let tick = 1e9 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let ran: f64 = lines.next().unwrap().split(' ').map(|t| t.parse::<f64>().unwrap() * tick).sum();
+    let files = only_profiles(&out);
+    let periods = wall / 0.5;
+    assert!(files as f64 >= periods - 1.0 && files as f64 <= periods + 2.0, "{files} files in {wall:.2} s");
+    let (cpu, _) = cpu_by_pid(&read_profiles(&out));
+    let kept = *cpu.get(&pid).unwrap_or(&0) as f64;
+    eprintln!("killed child: ran {:.0} ms, its profiles hold {:.0} ms", ran / 1e6, kept / 1e6);
+    // What it had not written yet is at most one period (and a tick of accounting).
+    assert!(kept >= ran - 0.5e9 - 2.0 * tick - 0.05e9, "kept {kept} ns of {ran} ns");
+    assert!(kept <= ran * 1.1 + 0.05e9, "kept {kept} ns of {ran} ns");
+}
+
+/// `osprey exec` killed by SIGKILL: the parts of the tree it had not merged
+/// stay in its spool, and the next `osprey exec --children` with the same
+/// output directory merges them.
+#[test]
+fn parts_left_by_a_killed_osprey_are_merged_next_time() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempdir("tree-crash");
+    let out = dir.join("profiles");
+    let script = "echo $$; i=0; while [ $i -lt 1500000 ]; do i=$((i+1)); done; echo done";
+    let mut child = Command::new(osprey())
+        .args(["exec", "--children", "--hz", "200", "--period", "0.3", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let pid: i64 = lines.next().unwrap().unwrap().parse().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The command goes on without osprey and writes its last part at exit.
+    assert_eq!(lines.next().unwrap().unwrap(), "done");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let spools: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".osprey-spool-"))
+        .collect();
+    assert_eq!(spools.len(), 1, "the killed osprey's spool is left");
+    let parts = std::fs::read_dir(spools[0].path()).unwrap().count();
+    assert!(parts >= 1, "its last part at least");
+    // What writers killed mid-write leave: osprey's merge, an agent's part.
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    std::fs::write(spools[0].path().join(".merge.tmp"), b"\x1f\x8b torn").unwrap();
+    std::fs::write(spools[0].path().join(format!(".osprey-{}-0.tmp", gone.id())), b"torn").unwrap();
+    let before = profile_files(&out).len();
+
+    let o = exec(&dir, &out, &["--hz", "200"], &["true"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("osprey: merged the profiles an interrupted run left: "), "{err}");
+    // No spool nor temporary file left.
+    assert_eq!(only_profiles(&out), before + 2, "the recovered file and this run's: {err}");
+    let ps = read_profiles(&out);
+    let (cpu, _) = cpu_by_pid(&ps);
+    assert!(cpu.get(&pid).is_some_and(|&v| v > 0), "{cpu:?}");
+    // The shell loop's last part is in: its exit is charged to its entry point.
+    let stacks: BTreeSet<&str> = ps
+        .iter()
+        .flat_map(|p| {
+            p.sample
+                .iter()
+                .filter(|s| label(p, s, "pid").is_some_and(|(_, v)| v == pid))
+                .flat_map(move |s| function_names(p, s))
+        })
+        .collect();
+    assert!(!stacks.is_empty());
+}
