@@ -82,7 +82,18 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
     });
     let slot = context::tag_key("endpoint").unwrap();
     let id = context::intern_value("/checkout");
-    g.bench_function("set_tag_id(slot, id)", |b| b.iter(|| context::set_tag_id(black_box(slot), black_box(id))));
+    let other = context::intern_value("/cart");
+    g.bench_function("set_tag_id(slot, id), same value", |b| {
+        b.iter(|| context::set_tag_id(black_box(slot), black_box(id)))
+    });
+    // A change re-encodes the OTEP attributes (the value's bytes).
+    let mut flip = false;
+    g.bench_function("set_tag_id(slot, id), new value", |b| {
+        b.iter(|| {
+            flip = !flip;
+            context::set_tag_id(black_box(slot), black_box(if flip { id } else { other }))
+        })
+    });
     g.bench_function("scope(span, root) + drop", |b| b.iter(|| drop(context::scope(black_box(7), black_box(42)))));
 
     let (_, rec) =

@@ -83,21 +83,61 @@ struct Located {
     bias: u64,
 }
 
-/// Reads every thread's OTEP 4947 context of process `pid`.
+/// One process's `otel_thread_ctx_v1`, located once, for callers that stop
+/// threads themselves (e.g. to copy their stacks) and read each thread's
+/// record in the same stop with [`Reader::read`].
+pub struct Reader {
+    mem: Memory,
+    at: Located,
+    module: String,
+}
+
+/// One thread's record, read while the thread was stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ThreadRead {
+    /// A valid record.
+    Record(ThreadContext),
+    /// The TLS pointer is NULL: no context published.
+    Null,
+    /// The thread was stopped mid-update (`valid` not 1): skipped.
+    Torn,
+    /// The TLS block or the record could not be read.
+    Unreadable,
+}
+
+impl Reader {
+    /// Locates the symbol in `pid`'s modules; `None` when no module exports it.
+    pub fn open(pid: i32) -> Result<Option<Reader>> {
+        Ok(locate(pid)?.map(|(at, module)| Reader { mem: Memory { pid }, at, module }))
+    }
+
+    /// The module that exports the symbol.
+    pub fn module(&self) -> &str {
+        &self.module
+    }
+
+    /// Thread `tid`'s record. The thread must be stopped (ptrace-stop or
+    /// equivalent) and `thread_pointer` be its `fs_base`.
+    pub fn read(&self, tid: i32, thread_pointer: u64) -> ThreadRead {
+        read_one(&self.mem, &self.at, tid, thread_pointer).unwrap_or(ThreadRead::Unreadable)
+    }
+}
+
+/// Reads every thread's OTEP 4947 context of process `pid`, stopping each
+/// thread in turn for the read.
 pub fn read_thread_contexts(pid: i32) -> Result<Contexts> {
-    let mem = Memory { pid };
-    let mut out = Contexts { reference: process_ctx::read(pid, &mem), ..Contexts::default() };
-    let Some((located, module)) = locate(pid)? else { return Ok(out) };
-    out.module = Some(module);
+    let mut out = Contexts { reference: process_ctx::read(pid, &Memory { pid }), ..Contexts::default() };
+    let Some(reader) = Reader::open(pid)? else { return Ok(out) };
+    out.module = Some(reader.module.clone());
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|_| Error::NoSuchProcess { pid: pid as u32 })?;
     let mut tids: Vec<i32> = tasks.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
     tids.sort_unstable();
     for tid in tids {
-        match stopped(tid, |tp| read_one(&mem, &located, tid, tp)) {
-            Some(Read::Record(c)) => out.threads.push(c),
-            Some(Read::Null) => out.empty += 1,
-            Some(Read::Torn) => out.torn += 1,
-            None => out.unreadable += 1,
+        match stopped(tid, |tp| Some(reader.read(tid, tp))).unwrap_or(ThreadRead::Unreadable) {
+            ThreadRead::Record(c) => out.threads.push(c),
+            ThreadRead::Null => out.empty += 1,
+            ThreadRead::Torn => out.torn += 1,
+            ThreadRead::Unreadable => out.unreadable += 1,
         }
     }
     Ok(out)
@@ -128,14 +168,8 @@ fn locate(pid: i32) -> Result<Option<(Located, String)>> {
     Ok(None)
 }
 
-enum Read {
-    Record(ThreadContext),
-    Null,
-    Torn,
-}
-
 /// The record of thread `tid`, whose thread pointer is `tp`.
-fn read_one(mem: &Memory, at: &Located, tid: i32, tp: u64) -> Option<Read> {
+fn read_one(mem: &Memory, at: &Located, tid: i32, tp: u64) -> Option<ThreadRead> {
     let var = match at.slot {
         TlsSlot::TpOff(off) => tp.wrapping_add(off as u64),
         TlsSlot::TpOffGot(got) => tp.wrapping_add(mem.word(at.bias + got)?),
@@ -152,15 +186,15 @@ fn read_one(mem: &Memory, at: &Located, tid: i32, tp: u64) -> Option<Read> {
     };
     let record = mem.word(var)?;
     if record == 0 {
-        return Some(Read::Null);
+        return Some(ThreadRead::Null);
     }
     let head = mem.read(record, 28)?;
     if head[24] != 1 {
-        return Some(Read::Torn);
+        return Some(ThreadRead::Torn);
     }
     let size = u16::from_ne_bytes([head[26], head[27]]) as usize;
     let attrs = if size > 0 { mem.read(record + 28, size)? } else { Vec::new() };
-    Some(Read::Record(ThreadContext {
+    Some(ThreadRead::Record(ThreadContext {
         tid,
         trace_id: u128::from_be_bytes(head[..16].try_into().ok()?),
         span_id: u64::from_be_bytes(head[16..24].try_into().ok()?),
@@ -204,17 +238,23 @@ fn stopped<T>(tid: i32, f: impl FnOnce(u64) -> Option<T>) -> Option<T> {
         if libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) != 0 {
             return None;
         }
-        let mut out = None;
+        let (mut out, mut pass_on) = (None, 0);
         if libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) == 0 {
             let mut status = 0;
             if libc::waitpid(tid, &mut status, libc::__WALL) == tid && libc::WIFSTOPPED(status) {
+                // A signal arriving first gives a signal-delivery stop (no
+                // ptrace event): the signal goes back with the detach, or the
+                // program would lose it.
+                if status >> 16 == 0 {
+                    pass_on = libc::WSTOPSIG(status);
+                }
                 let mut regs: libc::user_regs_struct = std::mem::zeroed();
                 if libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut regs) == 0 {
                     out = f(regs.fs_base);
                 }
             }
         }
-        libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0);
+        libc::ptrace(libc::PTRACE_DETACH, tid, 0, pass_on as libc::c_long);
         out
     }
 }

@@ -339,12 +339,13 @@ impl ContextRecord {
     }
 
     /// Publishes one tag value (0 = unset) in `slot`, keeping everything
-    /// else; `value` gives the tag strings for the OTEP attributes. Owner
-    /// thread only. Out-of-range slots are ignored.
+    /// else; `value` gives the tag strings for the OTEP attributes, which are
+    /// re-encoded. Owner thread only. Out-of-range slots and unchanged values
+    /// are ignored.
     #[inline]
     pub fn store_tag(&self, slot: usize, value_id: u32, value: ValueBytes) {
-        if slot >= TAG_SLOTS {
-            return;
+        if slot >= TAG_SLOTS || self.tags[slot].load(Relaxed) == value_id {
+            return; // nothing changes: no write, the attributes stay
         }
         let mut s = self.fields();
         s.tags[slot] = value_id;
