@@ -49,12 +49,24 @@ extern "C" {
 
 /*
  * Sets the calling thread's trace context: the active span and the local root
- * span (the outermost span of this trace in this process). Tags are kept.
+ * span (the outermost span of this trace in this process), without a trace
+ * id. Tags are kept.
  * 0 means "none"; (0, 0) with no tags is the same as no context.
  */
 void osprey_set_context(uint64_t span_id, uint64_t local_root_span_id);
 
-/* Clears the calling thread's span ids; tags are kept. */
+/*
+ * Sets the calling thread's OpenTelemetry context: the W3C trace id
+ * (trace_id_high = its first 8 bytes read big-endian, i.e. the first 16 of
+ * its 32 hex digits; trace_id_low the last 8 bytes), span id, W3C trace
+ * flags and local root span id. Tags are kept. Samples get "trace id" (32
+ * hex digits) and "span id" labels, and profilers outside the process read
+ * the same ids through the OTEP 4947 TLS symbol otel_thread_ctx_v1.
+ */
+void osprey_set_trace_context(uint64_t trace_id_high, uint64_t trace_id_low, uint64_t span_id,
+                              uint8_t trace_flags, uint64_t local_root_span_id);
+
+/* Clears the calling thread's trace and span ids; tags are kept. */
 void osprey_clear_context(void);
 
 /*
@@ -70,6 +82,8 @@ int osprey_clear_tag(const char *key);
 
 /* Function pointer types for dlsym(RTLD_DEFAULT, "osprey_...") lookups. */
 typedef void (*osprey_set_context_fn)(uint64_t span_id, uint64_t local_root_span_id);
+typedef void (*osprey_set_trace_context_fn)(uint64_t trace_id_high, uint64_t trace_id_low, uint64_t span_id,
+                                            uint8_t trace_flags, uint64_t local_root_span_id);
 typedef void (*osprey_clear_context_fn)(void);
 typedef int (*osprey_set_tag_fn)(const char *key, const char *value);
 typedef int (*osprey_clear_tag_fn)(const char *key);

@@ -10,6 +10,8 @@
 //!   threads as they come and go ([`ProcessSampler::refresh_threads`]).
 //! - [`Unwinder`]: a process's modules and tables; [`Unwinder::unwind`]
 //!   turns a [`RawSample`] into a [`Stack`].
+//! - [`thread_ctx::read_thread_contexts`]: each thread's OpenTelemetry
+//!   thread context (OTEP 4947) — trace and span id — read from outside.
 //!
 //! ```no_run
 //! use osprey_perf::{ProcessSampler, Unwinder};
@@ -51,6 +53,7 @@ mod record;
 mod ring;
 mod sys;
 mod thread;
+pub mod thread_ctx;
 mod unwind;
 
 pub use config::{Clock, Config};

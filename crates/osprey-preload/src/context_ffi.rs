@@ -4,8 +4,43 @@
 //! handler, never unwinds into C, and is a cheap no-op when the thread cannot
 //! get a registry record.
 
-use core::ffi::{c_char, c_int, CStr};
+use core::ffi::{c_char, c_int, c_void, CStr};
 use osprey::context;
+
+extern "C" {
+    /// Sets the calling thread's `otel_thread_ctx_v1` (`otel_tls.c`).
+    fn osprey_otel_tls_set(record: *const c_void);
+}
+
+extern "C" fn publish_tls(record: *const c_void) {
+    // SAFETY: stores a pointer in this thread's TLS variable.
+    unsafe { osprey_otel_tls_set(record) };
+}
+
+/// Publishes the trace context for readers outside the process: threads
+/// point `otel_thread_ctx_v1` at their OTEP 4947 record, and the OTEP 4719
+/// process context announces its schema. Called once at agent start.
+pub(crate) fn start_otel() {
+    context::set_tls_publisher(publish_tls);
+    if let Err(e) = context::process_ctx::publish() {
+        osprey::say!("osprey: OpenTelemetry process context not published: {e}");
+    }
+}
+
+/// Sets the calling thread's W3C trace id (`trace_id_high` = its first 8
+/// bytes big-endian, `trace_id_low` the last 8), span id, trace flags and
+/// local root span id (tags unchanged).
+#[no_mangle]
+pub extern "C" fn osprey_set_trace_context(
+    trace_id_high: u64,
+    trace_id_low: u64,
+    span_id: u64,
+    trace_flags: u8,
+    local_root_span_id: u64,
+) {
+    let trace = (trace_id_high as u128) << 64 | trace_id_low as u128;
+    context::set_trace(trace, span_id, trace_flags, local_root_span_id);
+}
 
 /// Sets the calling thread's span and local root span ids (tags unchanged).
 #[no_mangle]

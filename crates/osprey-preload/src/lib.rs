@@ -68,6 +68,7 @@ extern "C" fn init() {
     let alloc = cfg.alloc;
     match osprey::Profiler::builder().config(cfg).start() {
         Ok(p) => {
+            context_ffi::start_otel();
             if alloc {
                 attach_allocators();
             }

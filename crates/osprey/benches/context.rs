@@ -69,14 +69,42 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
             context::set(black_box(i), black_box(42));
         })
     });
+    g.bench_function("set_trace(trace, span, flags, root)", |b| {
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            context::set_trace(
+                black_box(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736 ^ i as u128),
+                black_box(i),
+                1,
+                black_box(42),
+            );
+        })
+    });
     let slot = context::tag_key("endpoint").unwrap();
     let id = context::intern_value("/checkout");
-    g.bench_function("set_tag_id(slot, id)", |b| b.iter(|| context::set_tag_id(black_box(slot), black_box(id))));
+    let other = context::intern_value("/cart");
+    g.bench_function("set_tag_id(slot, id), same value", |b| {
+        b.iter(|| context::set_tag_id(black_box(slot), black_box(id)))
+    });
+    // A change re-encodes the OTEP attributes (the value's bytes).
+    let mut flip = false;
+    g.bench_function("set_tag_id(slot, id), new value", |b| {
+        b.iter(|| {
+            flip = !flip;
+            context::set_tag_id(black_box(slot), black_box(if flip { id } else { other }))
+        })
+    });
     g.bench_function("scope(span, root) + drop", |b| b.iter(|| drop(context::scope(black_box(7), black_box(42)))));
 
     let (_, rec) =
         osprey::internals::registry::Registry::get().unwrap().lookup(osprey::internals::signal::sys::gettid()).unwrap();
-    context::replace(Some(ContextSnapshot { span_id: 9, local_root_span_id: 42, tags: [3; context::TAG_SLOTS] }));
+    context::replace(Some(ContextSnapshot {
+        trace_id: 0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736,
+        span_id: 9,
+        local_root_span_id: 42,
+        tags: [3; context::TAG_SLOTS],
+        trace_flags: 1,
+    }));
     g.bench_function("read (handler, valid)", |b| b.iter(|| black_box(black_box(&rec.context).read())));
     context::clear_all();
     g.bench_function("read (handler, empty)", |b| b.iter(|| black_box(black_box(&rec.context).read())));

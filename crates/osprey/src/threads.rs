@@ -168,6 +168,7 @@ fn charge_remainder(reg: &Registry, slot: usize, rec: &Record, tid: i32) {
             timestamp_ns: sys::monotonic_ns(),
             span_id: ctx.span_id,
             local_root_span_id: ctx.local_root_span_id,
+            w3c_trace_id: [(ctx.trace_id >> 64) as u64, ctx.trace_id as u64],
             count: 0,
             tid,
             tags: ctx.tags,

@@ -109,7 +109,7 @@ fn cache_follows_record_recycling() {
         let (_, new) = reg.lookup(osprey::internals::signal::sys::gettid()).expect("re-registered on the next write");
         assert_eq!(
             new.context.read(),
-            Some(ContextSnapshot { span_id: 12, local_root_span_id: 12, tags: [0; TAG_SLOTS] })
+            Some(ContextSnapshot { span_id: 12, local_root_span_id: 12, tags: [0; TAG_SLOTS], ..Default::default() })
         );
     })
     .join()

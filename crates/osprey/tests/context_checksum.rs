@@ -1,8 +1,10 @@
 //! Checksum properties and corruption detection of `ContextRecord::read`.
 
-use osprey::internals::record::{checksum, tags_term, torn_reads, ContextRecord, ContextSnapshot, KNUTH, TAG_SLOTS};
+use osprey::internals::record::{
+    checksum, snapshot_checksum, tags_term, torn_reads, ContextRecord, ContextSnapshot, ValueBytes, KNUTH, TAG_SLOTS,
+};
 use proptest::prelude::*;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 /// Multiplicative inverse of an odd number mod 2^64 (Newton's iteration).
 fn inverse(k: u64) -> u64 {
@@ -31,8 +33,11 @@ fn zero_span(root: u64, tags: &[u32; TAG_SLOTS]) -> u64 {
 }
 
 fn snap(span_id: u64, local_root_span_id: u64, tags: [u32; TAG_SLOTS]) -> ContextSnapshot {
-    ContextSnapshot { span_id, local_root_span_id, tags }
+    ContextSnapshot { span_id, local_root_span_id, tags, ..Default::default() }
 }
+
+/// No tag strings (the OTEP attributes stay empty).
+const NO_VALUES: ValueBytes = &|_| None;
 
 #[test]
 fn never_zero_even_for_inputs_hashing_to_zero() {
@@ -42,7 +47,7 @@ fn never_zero_even_for_inputs_hashing_to_zero() {
         assert_eq!(checksum(span, root, &tags), u64::MAX, "raw hash 0 must fold to all-ones");
         // Such a context is still published and read back.
         let r = ContextRecord::new();
-        r.store(&snap(span, root, tags));
+        r.store(&snap(span, root, tags), NO_VALUES);
         assert_eq!(r.read(), Some(snap(span, root, tags)));
     }
 }
@@ -65,7 +70,7 @@ fn words(r: &ContextRecord) -> (&[AtomicU64; 3], &[AtomicU32; TAG_SLOTS]) {
 /// and count a torn read, and flipping back must restore the context.
 fn check_all_flips(s: ContextSnapshot) {
     let r = ContextRecord::new();
-    r.store(&s);
+    r.store(&s, NO_VALUES);
     assert_eq!(r.read(), Some(s));
     let (w64, w32) = words(&r);
     let mut flips = 0u64;
@@ -85,6 +90,26 @@ fn check_all_flips(s: ContextSnapshot) {
             w.fetch_xor(1 << bit, Relaxed);
             flips += 1;
         }
+    }
+    // The trace id's halves (W3C bytes at 64 and 72) and its flags (at 89).
+    // SAFETY: the OTEP record sits at offset 64 (asserted in the crate).
+    let (trace, flags) = unsafe {
+        let p = &r as *const ContextRecord as *const u8;
+        (&*(p.add(64) as *const [AtomicU64; 2]), &*(p.add(89) as *const AtomicU8))
+    };
+    for (half, w) in trace.iter().enumerate() {
+        for bit in 0..64 {
+            w.fetch_xor(1 << bit, Relaxed);
+            assert_eq!(r.read(), None, "trace id half {half} bit {bit} undetected for {s:?}");
+            w.fetch_xor(1 << bit, Relaxed);
+            flips += 1;
+        }
+    }
+    for bit in 0..8 {
+        flags.fetch_xor(1 << bit, Relaxed);
+        assert_eq!(r.read(), None, "trace flags bit {bit} undetected for {s:?}");
+        flags.fetch_xor(1 << bit, Relaxed);
+        flips += 1;
     }
     // Corrupting the checksum itself (to any nonzero value) is detected too.
     for bit in 0..64 {
@@ -112,6 +137,22 @@ fn every_single_bit_flip_is_detected() {
 }
 
 #[test]
+fn trace_ids_are_checked() {
+    let t = ContextSnapshot {
+        trace_id: 0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736,
+        span_id: 0x00f0_67aa_0ba9_02b7,
+        local_root_span_id: 3,
+        tags: [0; TAG_SLOTS],
+        trace_flags: 1,
+    };
+    check_all_flips(t);
+    let halves_swapped = ContextSnapshot { trace_id: t.trace_id.rotate_left(64), ..t };
+    assert_ne!(snapshot_checksum(&t), snapshot_checksum(&halves_swapped), "trace id halves");
+    let no_trace = ContextSnapshot { trace_id: 0, trace_flags: 0, ..t };
+    assert_eq!(snapshot_checksum(&no_trace), checksum(t.span_id, 3, &t.tags), "classic checksum without a trace id");
+}
+
+#[test]
 fn swapped_fields_are_detected() {
     let s = snap(10, 20, [1, 2, 0, 0, 0, 0, 0, 0, 0, 0]);
     let c = checksum(s.span_id, s.local_root_span_id, &s.tags);
@@ -124,10 +165,10 @@ fn swapped_fields_are_detected() {
 fn empty_record_reads_none_without_counting() {
     let r = ContextRecord::new();
     assert_eq!(r.read(), None);
-    r.store(&snap(5, 6, [0; TAG_SLOTS]));
-    r.store_ids(0, 0);
+    r.store(&snap(5, 6, [0; TAG_SLOTS]), NO_VALUES);
+    r.store_ids(0, 0, 0, 0);
     assert_eq!(r.read(), None, "(0, 0) without tags is no context");
-    r.store_tag(3, 7);
+    r.store_tag(3, 7, NO_VALUES);
     assert_eq!(r.read(), Some(snap(0, 0, [0, 0, 0, 7, 0, 0, 0, 0, 0, 0])), "tags alone are a context");
     r.reset();
     assert_eq!(r.read(), None);
@@ -144,16 +185,16 @@ proptest! {
     }
 
     #[test]
-    fn prop_flips_detected(span: u64, root: u64, tags: [u32; TAG_SLOTS]) {
-        check_all_flips(snap(span, root, tags));
+    fn prop_flips_detected(span: u64, root: u64, tags: [u32; TAG_SLOTS], trace: u128, flags: u8) {
+        check_all_flips(ContextSnapshot { trace_id: trace, trace_flags: flags, ..snap(span, root, tags) });
     }
 
     #[test]
     fn prop_store_variants_agree(span: u64, root: u64, tags: [u32; TAG_SLOTS], slot in 0..TAG_SLOTS, v: u32) {
         let a = ContextRecord::new();
-        a.store(&snap(span, root, tags));
-        a.store_tag(slot, v);
-        a.store_ids(root, span);
+        a.store(&snap(span, root, tags), NO_VALUES);
+        a.store_tag(slot, v, NO_VALUES);
+        a.store_ids(0, 0, root, span);
         let mut t = tags;
         t[slot] = v;
         let want = snap(root, span, t);

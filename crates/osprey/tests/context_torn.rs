@@ -30,11 +30,19 @@ fn tag(span: u64, k: usize) -> u32 {
     ((span ^ span >> 32) as u32).wrapping_mul(2 * k as u32 + 1) | 1
 }
 
+/// The 128-bit trace id written with `span` (both halves derived from it).
+fn trace_of(span: u64) -> u128 {
+    (span as u128) << 64 | span.wrapping_mul(7) as u128
+}
+
 /// Even spans are written whole (ids + tags derived from the span); odd ones
-/// with `set`, which keeps the tags of the even span just before.
+/// with `set_trace`, which keeps the tags of the even span just before.
 fn valid(c: &ContextSnapshot) -> bool {
     let base = c.span_id & !1;
-    c.local_root_span_id == c.span_id.wrapping_mul(3) && (0..TAG_SLOTS).all(|k| c.tags[k] == tag(base, k))
+    c.local_root_span_id == c.span_id.wrapping_mul(3)
+        && c.trace_id == trace_of(c.span_id)
+        && c.trace_flags == (c.span_id & 1) as u8 + 1
+        && (0..TAG_SLOTS).all(|k| c.tags[k] == tag(base, k))
 }
 
 extern "C" fn on_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
@@ -66,9 +74,15 @@ fn writer(i: usize) -> u64 {
             let span = base + n;
             if span & 1 == 0 {
                 let tags = std::array::from_fn(|k| tag(span, k));
-                context::replace(Some(ContextSnapshot { span_id: span, local_root_span_id: span * 3, tags }));
+                context::replace(Some(ContextSnapshot {
+                    trace_id: trace_of(span),
+                    span_id: span,
+                    local_root_span_id: span * 3,
+                    tags,
+                    trace_flags: 1,
+                }));
             } else {
-                context::set(span, span * 3);
+                context::set_trace(trace_of(span), span, 2, span * 3);
             }
             n += 1;
         }

@@ -154,3 +154,18 @@ fn out_of_order_exit() {
         let _ = ia;
     });
 }
+
+#[test]
+fn trace_id_field_is_inherited() {
+    on_thread(&dispatch(), || {
+        let trace = |_: ()| context::current().map(|c| c.trace_id);
+        let request = tracing::info_span!("request", trace_id = "4bf92f3577b34da6a3ce929d0e0e4736");
+        let db = tracing::info_span!(parent: &request, "db");
+        let numeric = tracing::info_span!("job", trace_id = 0x1234u64);
+        let plain = tracing::info_span!("plain");
+        request.in_scope(|| assert_eq!(trace(()), Some(0x4bf92f3577b34da6a3ce929d0e0e4736)));
+        db.in_scope(|| assert_eq!(trace(()), Some(0x4bf92f3577b34da6a3ce929d0e0e4736), "from the parent"));
+        numeric.in_scope(|| assert_eq!(trace(()), Some(0x1234)));
+        plain.in_scope(|| assert_eq!(trace(()), Some(0), "no trace id field: none"));
+    });
+}

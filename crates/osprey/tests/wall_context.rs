@@ -1,21 +1,22 @@
 //! Wall samples carry the thread's trace context: a thread blocked in
 //! `read` (sampled from the collector, off the signal path) and a running
 //! thread (its wall time recorded by its CPU samples) each show their span
-//! ids on their wall samples.
+//! ids (and the W3C trace id, as a `trace id` label of 32 hex digits) on
+//! their wall samples.
 
 use osprey_pprof::pprof::Profile;
 use std::time::{Duration, Instant};
 
-/// Wall ns per (span id, state) in `p`.
-fn wall_by_span(p: &Profile) -> Vec<(i64, String, i64)> {
+/// Wall ns per (span id, state) in `p`, with the trace id label.
+fn wall_by_span(p: &Profile) -> Vec<(i64, String, i64, String)> {
     let wall = p.sample_type.iter().position(|t| p.string(t.r#type) == "wall").expect("wall sample type");
     p.sample
         .iter()
         .filter(|s| s.value[wall] > 0)
         .map(|s| {
             let num = |k: &str| s.label.iter().find(|l| p.string(l.key) == k).map_or(0, |l| l.num);
-            let state = s.label.iter().find(|l| p.string(l.key) == "state").map(|l| p.string(l.str).to_string());
-            (num("span id"), state.unwrap_or_default(), s.value[wall])
+            let text = |k: &str| s.label.iter().find(|l| p.string(l.key) == k).map(|l| p.string(l.str).to_string());
+            (num("span id"), text("state").unwrap_or_default(), s.value[wall], text("trace id").unwrap_or_default())
         })
         .collect()
 }
@@ -36,7 +37,7 @@ fn wall_samples_carry_span_ids() {
     // SAFETY: valid out array.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     let reader = std::thread::spawn(move || {
-        osprey::context::set(11, 12);
+        osprey::context::set_trace(0x0af7651916cd43dd8448eb211c80319c, 11, 1, 12);
         wait_in_read(fds[0])
     });
     let runner = std::thread::spawn(|| {
@@ -63,8 +64,15 @@ fn wall_samples_carry_span_ids() {
         .collect();
     let samples: Vec<_> = profiles.iter().flat_map(wall_by_span).collect();
     let ns = |span: i64, state: &str| -> i64 {
-        samples.iter().filter(|(s, st, _)| *s == span && st == state).map(|(_, _, v)| v).sum()
+        samples.iter().filter(|(s, st, _, _)| *s == span && st == state).map(|(_, _, v, _)| v).sum()
+    };
+    let traces = |span: i64| -> Vec<&str> {
+        let mut t: Vec<&str> = samples.iter().filter(|s| s.0 == span).map(|s| s.3.as_str()).collect();
+        t.dedup();
+        t
     };
     assert!(ns(11, "read") >= 1_000_000_000, "blocked thread's wall samples with its span: {samples:?}");
     assert!(ns(33, "running") >= 500_000_000, "running thread's wall samples with its span: {samples:?}");
+    assert_eq!(traces(11), ["0af7651916cd43dd8448eb211c80319c"], "the W3C trace id as written");
+    assert_eq!(traces(33), [""], "no trace id label without a trace id");
 }

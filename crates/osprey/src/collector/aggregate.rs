@@ -14,7 +14,7 @@
 use super::heap::LiveHeap;
 use crate::context;
 use crate::discovery::Unsampled;
-use crate::record::{RecordState, SampleKind, SampleRecord, TAG_SLOTS};
+use crate::record::{ContextSnapshot, RecordState, SampleKind, SampleRecord, TAG_SLOTS};
 use crate::registry::Registry;
 use crate::signal::sys;
 use crate::storage::{CallTraceStorage, DROPPED_TRACE_ID};
@@ -33,6 +33,7 @@ pub struct Key {
     tid: i32,
     span_id: u64,
     local_root_span_id: u64,
+    w3c_trace_id: [u64; 2],
     tags: [u32; TAG_SLOTS],
     state: u16,
     /// CLOCK_MONOTONIC ns of the sample with a timeline (one entry per
@@ -229,6 +230,7 @@ impl Aggregator {
             tid: s.tid,
             span_id: s.span_id,
             local_root_span_id: s.local_root_span_id,
+            w3c_trace_id: s.w3c_trace_id,
             tags: s.tags,
             state: s.state,
             at_ns: if self.kinds.timeline && s.kind() != SampleKind::Alloc { s.timestamp_ns } else { 0 },
@@ -268,16 +270,23 @@ impl Aggregator {
         value: u64,
         count: u32,
         state: u16,
-        span_id: u64,
-        local_root_span_id: u64,
-        tags: [u32; TAG_SLOTS],
+        ctx: &ContextSnapshot,
     ) {
         if !self.names.contains_key(&tid) {
             self.note_threads(&[tid]);
         }
         let trace_id = self.own.intern(frames, truncated);
         let at_ns = if self.kinds.timeline { sys::monotonic_ns() } else { 0 };
-        let key = Key { trace_id, tid, span_id, local_root_span_id, tags, state, at_ns };
+        let key = Key {
+            trace_id,
+            tid,
+            span_id: ctx.span_id,
+            local_root_span_id: ctx.local_root_span_id,
+            w3c_trace_id: [(ctx.trace_id >> 64) as u64, ctx.trace_id as u64],
+            tags: ctx.tags,
+            state,
+            at_ns,
+        };
         self.add_keyed(key, kind, value, count);
     }
 
@@ -455,6 +464,11 @@ impl Aggregator {
         }
         if let Some(state) = wall::thread_state::label(key.state) {
             labels.push(Label { key: "state".into(), value: LabelValue::Str(state) });
+        }
+        if key.w3c_trace_id != [0, 0] {
+            // As W3C writes it: 32 lowercase hex digits.
+            let [hi, lo] = key.w3c_trace_id;
+            labels.push(Label { key: "trace id".into(), value: LabelValue::Str(format!("{hi:016x}{lo:016x}")) });
         }
         if key.span_id != 0 || key.local_root_span_id != 0 {
             labels.push(Label { key: "span id".into(), value: LabelValue::Num(key.span_id as i64) });

@@ -126,20 +126,7 @@ fn run(agent: &'static Agent) {
         }
         if let Some(w) = wall.as_mut().filter(|_| now >= next_wall) {
             w.tick(reg, &mut |t| {
-                let ctx = t.context;
-                let (span, root) = (ctx.span_id, ctx.local_root_span_id);
-                aggregator.add_stack(
-                    t.tid,
-                    t.frames,
-                    t.truncated,
-                    SampleKind::Wall,
-                    t.ns,
-                    1,
-                    t.state,
-                    span,
-                    root,
-                    ctx.tags,
-                )
+                aggregator.add_stack(t.tid, t.frames, t.truncated, SampleKind::Wall, t.ns, 1, t.state, &t.context)
             });
             next_wall = Instant::now() + w.until_due();
         }
@@ -211,23 +198,10 @@ fn run(agent: &'static Agent) {
 /// (`crate::blocked`): CPU, and the running wall time pending for them.
 fn drain_perf(discovery: &mut Discovery, aggregator: &mut Aggregator, reg: &Registry) {
     let unstacked = discovery.perf().drain(reg, &mut |t| {
-        let c = &t.context;
-        let (span, root, tags) = (c.span_id, c.local_root_span_id, c.tags);
-        aggregator.add_stack(t.tid, t.frames, t.truncated, SampleKind::Cpu, t.cpu_ns, t.count, 0, span, root, tags);
+        aggregator.add_stack(t.tid, t.frames, t.truncated, SampleKind::Cpu, t.cpu_ns, t.count, 0, &t.context);
         if t.wall_ns > 0 {
             let running = crate::wall::thread_state::RUNNING;
-            aggregator.add_stack(
-                t.tid,
-                t.frames,
-                t.truncated,
-                SampleKind::Wall,
-                t.wall_ns,
-                1,
-                running,
-                span,
-                root,
-                tags,
-            );
+            aggregator.add_stack(t.tid, t.frames, t.truncated, SampleKind::Wall, t.wall_ns, 1, running, &t.context);
         }
     });
     aggregator.add_unsampled(unstacked.into_iter().map(|(tid, ns)| (Unsampled::Blocked(tid), ns)).collect());

@@ -1,14 +1,21 @@
-//! Per-thread trace context: span id, local root span id and up to
-//! [`TAG_SLOTS`] tags, written by the application thread and read without
-//! locks by the profiler's signal handler, so each sample carries the context
-//! that was active when it was taken.
+//! Per-thread trace context: W3C trace id, span id, local root span id and
+//! up to [`TAG_SLOTS`] tags, written by the application thread and read
+//! without locks by the profiler's signal handler, so each sample carries the
+//! context that was active when it was taken.
+//!
+//! The same record is an OpenTelemetry thread-context record (OTEP 4947,
+//! [`crate::record::OtelRecord`]): the preloaded agent points its TLS symbol
+//! `otel_thread_ctx_v1` at it ([`set_tls_publisher`]) and announces it in the
+//! OTEP 4719 process context ([`process_ctx`]), so profilers outside the
+//! process (eBPF, `osprey dump --pid`) read the same ids.
 //!
 //! # Write protocol
 //! The owner thread is the only writer of its [`ContextRecord`]. Each update:
 //! 1. computes the new checksum (pure arithmetic, before touching the record);
-//! 2. stores `checksum = 0` ("in progress");
-//! 3. stores the changed fields;
-//! 4. stores the new checksum, which is never 0 for a non-empty context.
+//! 2. stores `checksum = 0` and the OTEP `valid = 0` ("in progress");
+//! 3. stores the changed fields (and the OTEP attributes if a tag changed);
+//! 4. stores the new checksum, which is never 0 for a non-empty context,
+//!    then `valid = 1`.
 //!
 //! The handler ([`ContextRecord::read`]) loads the checksum first; 0 means
 //! "nothing to report". Otherwise it loads the fields, recomputes the checksum
@@ -58,6 +65,7 @@
 
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
+pub mod process_ctx;
 mod tags;
 #[cfg(feature = "tracing")]
 pub mod tracing_layer;
@@ -66,13 +74,37 @@ use crate::record::{ContextRecord, Record};
 pub use crate::record::{ContextSnapshot, TAG_SLOTS};
 use crate::threads;
 pub use tags::{
-    find_tag_key, intern_value, tag_key, tag_key_name, tag_value, tag_values_overflowed, MAX_KEY_LEN, MAX_TAG_VALUES,
-    OVERFLOW_VALUE, OVERFLOW_VALUE_ID,
+    find_tag_key, intern_value, tag_key, tag_key_name, tag_keys, tag_value, tag_values_overflowed, value_bytes,
+    MAX_KEY_LEN, MAX_TAG_VALUES, OVERFLOW_VALUE, OVERFLOW_VALUE_ID,
 };
 
 use core::cell::Cell;
+use core::ffi::c_void;
 use core::marker::PhantomData;
-use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// Sets the calling thread's `otel_thread_ctx_v1` TLS pointer (0: none).
+pub type TlsPublisher = extern "C" fn(*const c_void);
+
+static TLS_PUBLISHER: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes every thread point `f`'s TLS variable at its OTEP record when it
+/// first uses the context API (or first again after its record changed).
+/// The preloaded agent passes the setter of its exported
+/// `otel_thread_ctx_v1` at start, before the program's threads run.
+pub fn set_tls_publisher(f: TlsPublisher) {
+    TLS_PUBLISHER.store(f as usize, Relaxed);
+}
+
+/// Points the thread's OTEP TLS variable at `rec`, if a publisher is set.
+fn publish_tls(rec: &ContextRecord) {
+    let f = TLS_PUBLISHER.load(Relaxed);
+    if f != 0 {
+        // SAFETY: only `set_tls_publisher` stores here, from a `TlsPublisher`.
+        let f: TlsPublisher = unsafe { core::mem::transmute::<usize, TlsPublisher>(f) };
+        f(rec.otel_record().cast());
+    }
+}
 
 struct Cache {
     rec: Cell<*const Record>,
@@ -108,18 +140,29 @@ fn refresh(c: &Cache) -> Option<&'static ContextRecord> {
     let rec = threads::current_or_register()?;
     c.tid.set(rec.tid.load(Relaxed));
     c.rec.set(rec);
+    publish_tls(&rec.context);
     Some(&rec.context)
 }
 
-/// Sets the calling thread's span and local root span ids (tags unchanged).
+/// Sets the calling thread's span and local root span ids, without a trace
+/// id (tags unchanged).
 #[inline]
 pub fn set(span_id: u64, local_root_span_id: u64) {
     if let Some(r) = this_thread() {
-        r.store_ids(span_id, local_root_span_id);
+        r.store_ids(0, 0, span_id, local_root_span_id);
     }
 }
 
-/// Clears the span ids (tags stay; use [`clear_all`] for everything).
+/// Sets the calling thread's W3C trace id (as the number its 32 hex digits
+/// spell), trace flags, span id and local root span id (tags unchanged).
+#[inline]
+pub fn set_trace(trace_id: u128, span_id: u64, trace_flags: u8, local_root_span_id: u64) {
+    if let Some(r) = this_thread() {
+        r.store_ids(trace_id, trace_flags, span_id, local_root_span_id);
+    }
+}
+
+/// Clears the trace and span ids (tags stay; use [`clear_all`] for everything).
 #[inline]
 pub fn clear() {
     set(0, 0);
@@ -134,7 +177,7 @@ pub fn clear_all() {
 #[inline]
 pub fn replace(ctx: Option<ContextSnapshot>) {
     if let Some(r) = this_thread() {
-        r.store(&ctx.unwrap_or_default());
+        r.store(&ctx.unwrap_or_default(), &value_bytes);
     }
 }
 
@@ -172,7 +215,7 @@ pub fn set_tag_id(slot: usize, value_id: u32) -> Result<(), TagError> {
     if slot >= TAG_SLOTS {
         return Err(TagError::BadKey);
     }
-    this_thread().ok_or(TagError::NoRecord)?.store_tag(slot, value_id);
+    this_thread().ok_or(TagError::NoRecord)?.store_tag(slot, value_id, &value_bytes);
     Ok(())
 }
 
@@ -180,8 +223,14 @@ pub fn set_tag_id(slot: usize, value_id: u32) -> Result<(), TagError> {
 /// previous context (ids and tags) of this thread.
 #[must_use = "the context is restored when the guard drops"]
 pub fn scope(span_id: u64, local_root_span_id: u64) -> ContextGuard {
+    scope_trace(0, span_id, 0, local_root_span_id)
+}
+
+/// [`scope`] with a W3C trace id and flags (see [`set_trace`]).
+#[must_use = "the context is restored when the guard drops"]
+pub fn scope_trace(trace_id: u128, span_id: u64, trace_flags: u8, local_root_span_id: u64) -> ContextGuard {
     let prev = current();
-    set(span_id, local_root_span_id);
+    set_trace(trace_id, span_id, trace_flags, local_root_span_id);
     ContextGuard { prev, _not_send: PhantomData }
 }
 

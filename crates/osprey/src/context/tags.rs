@@ -3,6 +3,8 @@
 //!
 //! Writer and exporter side only: everything here locks and allocates and
 //! must never be reached from a signal handler. The handler only copies ids.
+//! [`value_bytes`] is the writer's lock-free way from an id to its string
+//! (the OTEP attributes carry the strings).
 //!
 //! Invariants:
 //! - A key name keeps its slot for the life of the process (slots are never
@@ -13,7 +15,7 @@
 
 use super::TAG_SLOTS;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 /// Distinct tag values kept; later new values share [`OVERFLOW_VALUE_ID`].
@@ -30,10 +32,21 @@ pub const MAX_KEY_LEN: usize = 128;
 
 struct Tables {
     keys: Vec<Box<str>>,
-    ids: HashMap<Box<str>, u32>,
-    /// `values[id - 1]` is the string of `id`.
-    values: Vec<Box<str>>,
+    ids: HashMap<&'static str, u32>,
+    /// `values[id - 1]` is the string of `id` (leaked: ids live forever).
+    values: Vec<&'static str>,
 }
+
+/// Ids per chunk of the lock-free id -> string table.
+const CHUNK: usize = 256;
+
+/// One chunk: (pointer, length) of each id's string; pointer null = not yet.
+type Chunk = [(AtomicPtr<u8>, AtomicUsize); CHUNK];
+
+/// The lock-free id -> string table, chunks allocated under the tables lock
+/// and never freed. Entry `id - 1`.
+static BYTES: [AtomicPtr<Chunk>; MAX_TAG_VALUES / CHUNK] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_TAG_VALUES / CHUNK];
 
 static TABLES: LazyLock<Mutex<Tables>> =
     LazyLock::new(|| Mutex::new(Tables { keys: Vec::new(), ids: HashMap::new(), values: Vec::new() }));
@@ -59,7 +72,16 @@ pub fn tag_key(name: &str) -> Option<usize> {
         return None;
     }
     t.keys.push(name.into());
-    Some(t.keys.len() - 1)
+    let slot = t.keys.len() - 1;
+    drop(t);
+    // The OTEP attribute key map names slots: readers learn the new one.
+    super::process_ctx::keys_changed();
+    Some(slot)
+}
+
+/// Every registered key name, by slot.
+pub fn tag_keys() -> Vec<String> {
+    tables().keys.iter().map(|k| k.to_string()).collect()
 }
 
 /// Slot of an already registered key (never registers).
@@ -82,11 +104,50 @@ pub fn intern_value(value: &str) -> u32 {
         OVERFLOWED.fetch_add(1, Relaxed);
         return OVERFLOW_VALUE_ID;
     }
-    let s: Box<str> = value.into();
-    t.values.push(s.clone());
+    let s: &'static str = Box::leak(value.into());
+    t.values.push(s);
     let id = t.values.len() as u32;
     t.ids.insert(s, id);
+    publish_bytes(id, s);
     id
+}
+
+/// Makes `s` the lock-free string of `id`. Called with the tables lock held
+/// (the only writer).
+fn publish_bytes(id: u32, s: &'static str) {
+    let i = id as usize - 1;
+    let slot = &BYTES[i / CHUNK];
+    let mut chunk = slot.load(Acquire);
+    if chunk.is_null() {
+        let fresh: Box<Chunk> =
+            Box::new([const { (AtomicPtr::new(core::ptr::null_mut()), AtomicUsize::new(0)) }; CHUNK]);
+        chunk = Box::into_raw(fresh);
+        slot.store(chunk, Release);
+    }
+    // SAFETY: chunks are never freed.
+    let (p, n) = unsafe { &(*chunk)[i % CHUNK] };
+    n.store(s.len(), Relaxed);
+    // Release: a reader that sees the pointer sees the length.
+    p.store(s.as_ptr() as *mut u8, Release);
+}
+
+/// UTF-8 bytes of value `id`, without locking (`None` for 0 or an id never
+/// handed out). Not signal-safe only in name: loads only, no allocation.
+#[inline]
+pub fn value_bytes(id: u32) -> Option<&'static [u8]> {
+    if id == OVERFLOW_VALUE_ID {
+        return Some(OVERFLOW_VALUE.as_bytes());
+    }
+    let i = (id as usize).checked_sub(1)?;
+    let chunk = BYTES.get(i / CHUNK)?.load(Acquire);
+    if chunk.is_null() {
+        return None;
+    }
+    // SAFETY: chunks are never freed.
+    let (p, n) = unsafe { &(*chunk)[i % CHUNK] };
+    let p = p.load(Acquire);
+    // SAFETY: a published pointer is a leaked `&'static str` of length `n`.
+    (!p.is_null()).then(|| unsafe { core::slice::from_raw_parts(p, n.load(Relaxed)) })
 }
 
 /// String of value `id` (`None` for 0 or an id never handed out). For the exporter.

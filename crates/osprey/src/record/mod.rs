@@ -10,7 +10,10 @@ mod context;
 mod lost;
 mod ring;
 
-pub use context::{checksum, tags_term, torn_reads, ContextRecord, ContextSnapshot, KNUTH, TAG_SLOTS, TORN_READS};
+pub use context::{
+    checksum, snapshot_checksum, tags_term, torn_reads, trace_term, ContextRecord, ContextSnapshot, OtelRecord,
+    ValueBytes, KNUTH, OTEL_ATTRS_CAPACITY, OTEL_MAX_VALUE, TAG_SLOTS, TORN_READS,
+};
 pub use lost::{Lost, LostSums};
 pub use ring::{SampleKind, SampleRecord, SampleRing, RING_CAPACITY};
 

@@ -63,6 +63,8 @@ pub struct SampleRecord {
     pub span_id: u64,
     /// Local root span id (0 = none).
     pub local_root_span_id: u64,
+    /// W3C trace id of the trace context, high half then low half (0 = none).
+    pub w3c_trace_id: [u64; 2],
     /// What the sample stands for, in the unit of its kind (see [`SampleKind`]).
     pub value: u64,
     /// Address of the block of an `Alloc`/`Free` sample (0 otherwise).

@@ -333,6 +333,7 @@ fn record(regs: unwind::Regs, addr: u64, bytes: u64, count: u64) {
             timestamp_ns: at_ns,
             span_id: ctx.span_id,
             local_root_span_id: ctx.local_root_span_id,
+            w3c_trace_id: [(ctx.trace_id >> 64) as u64, ctx.trace_id as u64],
             value: bytes,
             addr,
             kind: SampleKind::Alloc as u16,

@@ -72,6 +72,7 @@ pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t
             timestamp_ns: sys::monotonic_ns(),
             span_id: ctx.span_id,
             local_root_span_id: ctx.local_root_span_id,
+            w3c_trace_id: [(ctx.trace_id >> 64) as u64, ctx.trace_id as u64],
             value: cpu_ns,
             addr: 0,
             count: 1,
