@@ -42,10 +42,11 @@ impl Collector {
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
-        let c = Collector { child, log };
+        let mut c = Collector { child, log };
         let deadline = Instant::now() + Duration::from_secs(60);
         while !c.text().contains("Everything is ready") {
-            assert!(Instant::now() < deadline, "the collector did not start: {}", c.text());
+            let exited = c.child.try_wait().unwrap().is_some();
+            assert!(!exited && Instant::now() < deadline, "the collector did not start: {}", c.text());
             std::thread::sleep(Duration::from_millis(100));
         }
         c
@@ -117,6 +118,7 @@ fn the_collector_receives_every_period_intact() {
     let blocks: Vec<&str> = log.split("ResourceProfiles #0").skip(1).collect();
     let mut received: Vec<i64> = blocks.iter().map(|b| first_profile_samples(b)).collect();
     received.sort();
+    eprintln!("samples/count per period: files {local:?}, collector {received:?}");
     assert_eq!(received, local, "every period's samples/count, as in the files");
 
     // The profiled process: files are named osprey-<pid>-<time>-<n>.pb.gz.
