@@ -1,5 +1,8 @@
-//! Project tasks: `cargo xtask demo` (the quick start) and `cargo xtask test`
-//! (the whole test suite, as CI runs it).
+//! Project tasks: `cargo xtask demo` (the quick start), `cargo xtask test`
+//! (the whole test suite, as CI runs it) and `cargo xtask dist` (the release
+//! tarball, see `dist.rs`).
+
+mod dist;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -12,8 +15,9 @@ fn main() -> ExitCode {
     let ok = match task.as_str() {
         "demo" => demo(&root),
         "test" => test(&root),
+        "dist" => dist::dist(&root),
         _ => {
-            eprintln!("usage: cargo xtask demo | test");
+            eprintln!("usage: cargo xtask demo | test | dist");
             false
         }
     };
@@ -24,7 +28,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(root: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> bool {
+pub(crate) fn run(root: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> bool {
     eprintln!("+ {program} {}", args.join(" "));
     let mut c = Command::new(program);
     c.args(args).current_dir(root).process_group(0);

@@ -20,10 +20,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-const AGENT_LIB: &str = "libosprey_preload.so";
-/// The interposed allocators, preloaded with the agent for `--alloc` only.
-const ALLOC_LIB: &str = "libosprey_alloc.so";
-
 pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure> {
     let program = resolve(&cmd[0])?;
     let name =
@@ -43,17 +39,20 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
             cmd[0]
         )));
     }
-    let agent = agent_library()?;
-    let mut preload = agent.display().to_string();
+    let libs = crate::agent_libs::locate(&|line| {
+        if !s.quiet {
+            eprintln!("{line}");
+        }
+    })?;
+    let mut preload = libs.agent.display().to_string();
     if cfg.alloc {
         // First: its `malloc` is the one the program's calls find.
-        let allocators = agent.with_file_name(ALLOC_LIB);
-        if !allocators.is_file() {
+        let Some(allocators) = libs.alloc else {
             return Err(Failure::from(format!(
-                "--alloc: {ALLOC_LIB} not found next to {} (build it with `cargo build --workspace`)",
-                agent.display()
+                "--alloc: libosprey_alloc.so not found next to {}",
+                libs.agent.display()
             )));
-        }
+        };
         preload = format!("{}:{preload}", allocators.display());
     }
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -346,29 +345,6 @@ fn resolve(name: &str) -> Result<PathBuf, Failure> {
         Some(c) => Err(Failure { message: format!("{}: permission denied", c.display()), code: 126 }),
         None => Err(not_found()),
     }
-}
-
-/// The agent library: `$OSPREY_PRELOAD_LIB`, or next to this executable.
-fn agent_library() -> Result<PathBuf, Failure> {
-    if let Some(p) = std::env::var_os("OSPREY_PRELOAD_LIB") {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(absolute(&p))
-        } else {
-            Err(Failure::from(format!("OSPREY_PRELOAD_LIB={} does not exist", p.display())))
-        };
-    }
-    let exe = std::env::current_exe().map_err(|e| Failure::from(format!("cannot locate osprey itself: {e}")))?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    for cand in [dir.join(AGENT_LIB), dir.join("../lib").join(AGENT_LIB)] {
-        if cand.is_file() {
-            return Ok(absolute(&cand));
-        }
-    }
-    Err(Failure::from(format!(
-        "agent library {AGENT_LIB} not found next to {} (build it with `cargo build --workspace`, or set OSPREY_PRELOAD_LIB)",
-        exe.display()
-    )))
 }
 
 fn absolute(p: &Path) -> PathBuf {

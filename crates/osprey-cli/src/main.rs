@@ -1,5 +1,6 @@
 //! The `osprey` command: `exec`, `attach`, `report`.
 
+mod agent_libs;
 mod attach;
 mod attach_native;
 mod diff;

@@ -5,11 +5,14 @@
 //! - [`stat`]: `/proc/PID/stat` and `/proc/PID/task/TID/stat` as a borrowed
 //!   [`stat::Stat`] (the command name runs to the *last* `)`), with its
 //!   fields numbered as in proc(5).
+//! - [`cgroup`]: `/proc/PID/cgroup` as a [`cgroup::Placement`]: the
+//!   container id and Kubernetes pod uid its paths name.
 //!
 //! Invariants: parsing borrows its input and never allocates or panics;
 //! malformed input gives `None` (an iterator skips the line). Only the
 //! `read*` convenience functions allocate, for the buffer they return.
 
+pub mod cgroup;
 pub mod maps;
 pub mod stat;
 

@@ -62,3 +62,19 @@ pub fn alloc_lib() -> PathBuf {
 pub fn demo() -> PathBuf {
     sibling("osprey-demo")
 }
+
+/// The test OpenTelemetry Collector built by
+/// `crates/osprey-upload/tests/collector/build.sh` (`$OSPREY_OTELCOL/osprey-otelcol`,
+/// default `/var/cache/osprey/otelcol-0.165.0`); `None`, with one line
+/// saying why, when it is not built (`.ci/run` builds it where Go >= 1.26 is).
+pub fn otelcol() -> Option<PathBuf> {
+    let dir =
+        std::env::var_os("OSPREY_OTELCOL").map_or(PathBuf::from("/var/cache/osprey/otelcol-0.165.0"), PathBuf::from);
+    let p = dir.join("osprey-otelcol");
+    if p.is_file() {
+        Some(p)
+    } else {
+        eprintln!("skipped: {} not built (crates/osprey-upload/tests/collector/build.sh)", p.display());
+        None
+    }
+}

@@ -275,6 +275,18 @@ fn parse_list(s: &str, seps: &[char], sep: char, what: &str) -> Result<Vec<(Stri
     s.split(seps).map(str::trim).filter(|t| !t.is_empty()).map(|t| parse_tag(t, sep, what)).collect()
 }
 
+/// `OTEL_RESOURCE_ATTRIBUTES`: `k=v` by commas, keys and values percent-decoded.
+fn parse_resource_attributes(v: &str) -> Result<Vec<(String, String)>, Error> {
+    let list = parse_list(v, &[','], '=', "OTEL_RESOURCE_ATTRIBUTES")?;
+    Ok(list.into_iter().map(|(k, v)| (percent_decode(&k), percent_decode(&v))).collect())
+}
+
+/// [`parse_resource_attributes`] of another process's value: a malformed
+/// entry is skipped instead of refused (it is not ours to report).
+pub(crate) fn resource_attributes(v: &str) -> Vec<(String, String)> {
+    v.split(',').filter_map(|t| parse_resource_attributes(t).ok()).flatten().collect()
+}
+
 fn parse_secs(v: &str, what: &str) -> Result<Duration, Error> {
     match v.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && (0.0..=3600.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
@@ -308,10 +320,7 @@ impl UploadConfig {
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let mut c = UploadConfig::default();
         let resource_attributes = match get("OTEL_RESOURCE_ATTRIBUTES") {
-            Some(v) => parse_list(&v, &[','], '=', "OTEL_RESOURCE_ATTRIBUTES")?
-                .into_iter()
-                .map(|(k, v)| (percent_decode(&k), percent_decode(&v)))
-                .collect(),
+            Some(v) => parse_resource_attributes(&v)?,
             None => Vec::new(),
         };
         let attr = |k: &str| resource_attributes.iter().find(|(k2, _)| k2 == k).map(|(_, v)| v.clone());

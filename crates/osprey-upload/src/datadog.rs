@@ -3,7 +3,8 @@
 //!
 //! - `event` (`event.json`): `attachments` (the file names sent),
 //!   `tags_profiler` (`service`, `env`, `version`, user tags, `runtime-id`,
-//!   `host`, `language`, `profiler_version`, `process_id`), `start`/`end`
+//!   `host`, `language`, `profiler_version`, `process_id`, `container_id`,
+//!   `pod_name`, `kube_namespace`, `kube_node`), `start`/`end`
 //!   (RFC 3339), `family` (`native` or `python`), `version` `"4"`;
 //! - `auto.pprof`: the gzip pprof profile (samples carry `thread id`,
 //!   `thread name`, `span id`, `local root span id`, and with the timeline
@@ -27,6 +28,7 @@ pub fn tags_profiler(cfg: &UploadConfig, meta: &Meta) -> String {
     t.push(("language".into(), meta.language.name().into()));
     t.push(("profiler_version".into(), format!("osprey-{}", env!("CARGO_PKG_VERSION"))));
     t.push(("process_id".into(), meta.pid.to_string()));
+    t.extend(meta.deployment.datadog_tags().into_iter().map(|(k, v)| (k.to_string(), v)));
     t.iter().map(|(k, v)| format!("{k}:{}", v.replace(',', "_"))).collect::<Vec<_>>().join(",")
 }
 

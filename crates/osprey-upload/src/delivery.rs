@@ -1,7 +1,8 @@
 //! [`Delivery`]: what a profiler does with each period's profile, in one
 //! call: symbolize and encode once, write the local file (when configured),
-//! queue the upload (when a backend is named), with the runtime id and the
-//! previous periods' upload losses in the profile's comments.
+//! queue the upload (when a backend is named), with the runtime id, the
+//! container and pod, and the previous periods' upload losses in the
+//! profile's comments.
 //!
 //! The agent's flush calls [`Delivery::flush`] where it wrote files, and its
 //! shutdown calls [`Delivery::finish`] after the last flush. A forked child
@@ -19,6 +20,8 @@ pub struct Delivery {
     pub cfg: UploadConfig,
     /// The process's runtime id.
     pub runtime_id: String,
+    /// `key=value` comments naming its container and pod (see [`crate::Deployment::comments`]).
+    deployment: Vec<String>,
     uploader: Option<Uploader>,
 }
 
@@ -32,7 +35,7 @@ impl Delivery {
     /// [`Delivery::new`] with the upload threads started by `spawn`.
     pub fn with_spawner(cfg: UploadConfig, meta: Meta, period: Duration, spawn: crate::worker::Spawner) -> Delivery {
         let uploader = cfg.uploads().then(|| Uploader::start_with(cfg.clone(), meta.clone(), period, spawn));
-        Delivery { cfg, runtime_id: meta.runtime_id, uploader }
+        Delivery { cfg, runtime_id: meta.runtime_id, deployment: meta.deployment.comments(), uploader }
     }
 
     /// [`UploadConfig::from_env`] (the preloaded agent), for this process.
@@ -44,9 +47,10 @@ impl Delivery {
 
     /// Symbolizes and encodes `data` once; writes it into the output
     /// directory if there is one (returning the file), and queues it for
-    /// the backends (never blocking). `runtime-id=...` and the upload
-    /// losses since the last flush are added to its comments unless a
-    /// `runtime-id=` comment is there already. `late`: samples measured once
+    /// the backends (never blocking). `runtime-id=...` (unless a
+    /// `runtime-id=` comment is there already), the container and pod
+    /// (`container.id=...`, `k8s.pod.name=...`) and the upload losses since
+    /// the last flush are added to its comments. `late`: samples measured once
     /// symbolization is done (see `osprey_pprof::to_pprof_late`).
     pub fn flush(
         &self,
@@ -60,6 +64,7 @@ impl Delivery {
         if !data.comments.iter().any(|c| c.starts_with("runtime-id=")) {
             comments.push(format!("runtime-id={}", self.runtime_id));
         }
+        comments.extend(self.deployment.iter().filter(|c| !data.comments.contains(c)).cloned());
         if let Some(u) = &self.uploader {
             comments.extend(u.take_comments());
         }

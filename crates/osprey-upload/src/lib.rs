@@ -18,11 +18,13 @@
 //! | [`pyroscope`] | `POST /ingest?name=...&format=pprof` |
 //! | [`otlp`] | pprof -> `ExportProfilesServiceRequest` (profiles v1development) |
 //! | [`report`] | [`RunReport`]: what a process sampled and delivered, for the `osprey exec` that started it |
+//! | [`deployment`] | [`Deployment`]: container id and Kubernetes pod of the profiled process, per backend |
 //! | [`provenance`] | `code-provenance.json`: binaries and libraries, Python distributions |
 
 pub mod config;
 pub mod datadog;
 pub mod delivery;
+pub mod deployment;
 mod error;
 pub mod http;
 pub mod otlp;
@@ -34,6 +36,7 @@ pub mod worker;
 
 pub use config::{Backend, Endpoint, Flags, UploadConfig};
 pub use delivery::Delivery;
+pub use deployment::Deployment;
 pub use error::Error;
 pub use report::RunReport;
 pub use worker::{BackendStats, Spawner, Uploader};
@@ -72,12 +75,14 @@ pub struct Meta {
     pub language: Language,
     /// The machine's host name.
     pub host: String,
+    /// Its container and Kubernetes pod, read from its `/proc` files.
+    pub deployment: Deployment,
 }
 
 impl Meta {
-    /// Facts of process `pid`, the host name read now.
+    /// Facts of process `pid`, the host name and its deployment read now.
     pub fn new(runtime_id: impl Into<String>, pid: i32, language: Language) -> Meta {
-        Meta { runtime_id: runtime_id.into(), pid, language, host: hostname() }
+        Meta { runtime_id: runtime_id.into(), pid, language, host: hostname(), deployment: Deployment::of(pid) }
     }
 }
 
@@ -177,7 +182,7 @@ pub(crate) fn encode_for(
             let prov = s.provenance.get_or_init(|| provenance::code_provenance(s.meta.pid, s.meta.language));
             Ok(datadog::request(endpoint, item, &s.cfg, &s.meta, prov))
         }
-        Backend::Pyroscope => pyroscope::request(endpoint, item, &s.cfg),
+        Backend::Pyroscope => pyroscope::request(endpoint, item, &s.cfg, &s.meta.deployment),
         Backend::Otlp => otlp::request(endpoint, item, &s.cfg, &s.meta),
     }
 }

@@ -16,7 +16,8 @@
 //!   id is all zeros), `local root span id` an attribute; the timeline's
 //!   `end_timestamp_ns` the sample's `timestamps_unix_nano`;
 //! - resource attributes: `service.name`, `service.version`,
-//!   `deployment.environment.name`, `process.pid`, `host.name`, the user's
+//!   `deployment.environment.name`, `process.pid`, `host.name`, the
+//!   container and pod ([`crate::Deployment`]), the user's
 //!   tags, `OTEL_RESOURCE_ATTRIBUTES`, and `osprey.runtime_id`.
 
 use crate::config::{Endpoint, UploadConfig};
@@ -51,6 +52,9 @@ pub fn resource(cfg: &UploadConfig, meta: &Meta) -> Resource {
     attrs.push(kv("host.name", s(&meta.host)));
     attrs.push(kv("osprey.runtime_id", s(&meta.runtime_id)));
     attrs.push(kv("process.runtime.name", s(meta.language.name())));
+    for (k, v) in meta.deployment.otel_attributes() {
+        attrs.push(kv(k, s(&v)));
+    }
     for (k, v) in cfg.tags.iter().chain(&cfg.resource_attributes) {
         if !attrs.iter().any(|a| a.key == *k) {
             attrs.push(kv(k, s(v)));

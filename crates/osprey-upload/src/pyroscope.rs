@@ -16,7 +16,7 @@
 
 use crate::config::{Endpoint, UploadConfig};
 use crate::http::Request;
-use crate::{Error, Item};
+use crate::{Deployment, Error, Item};
 use osprey_pprof::pprof::Profile;
 use prost::Message;
 
@@ -46,14 +46,16 @@ pub fn label_value(v: &str) -> String {
     v.chars().map(|c| if matches!(c, ',' | '{' | '}' | '=' | '"') { '_' } else { c }).collect()
 }
 
-/// `SERVICE.cpu{env=prod,version=1.2,k=v}`.
-pub fn series_name(cfg: &UploadConfig) -> String {
-    let labels: Vec<String> = cfg
-        .all_tags()
-        .into_iter()
-        .filter(|(k, _)| k != "service")
-        .map(|(k, v)| format!("{}={}", label_name(&k), label_value(&v)))
-        .collect();
+/// `SERVICE.cpu{env=prod,version=1.2,k=v,namespace=shop,pod=web-1}`: the
+/// tags, then the deployment's labels unless a tag has the same name.
+pub fn series_name(cfg: &UploadConfig, deployment: &Deployment) -> String {
+    let mut tags: Vec<(String, String)> = cfg.all_tags().into_iter().filter(|(k, _)| k != "service").collect();
+    for (k, v) in deployment.pyroscope_labels() {
+        if !tags.iter().any(|(t, _)| t == k) {
+            tags.push((k.to_string(), v));
+        }
+    }
+    let labels: Vec<String> = tags.iter().map(|(k, v)| format!("{}={}", label_name(k), label_value(v))).collect();
     format!("{}.cpu{{{}}}", label_value(&cfg.service), labels.join(","))
 }
 
@@ -95,7 +97,12 @@ pub fn strip_labels(p: &mut Profile) {
 }
 
 /// The `/ingest` request for `item`.
-pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig) -> Result<Request, Error> {
+pub fn request(
+    endpoint: &Endpoint,
+    item: &Item,
+    cfg: &UploadConfig,
+    deployment: &Deployment,
+) -> Result<Request, Error> {
     let mut p = Profile::decode(&item.pprof[..])?;
     strip_labels(&mut p);
     let rate = if p.period > 0 && p.period_type.as_ref().is_some_and(|t| p.string(t.unit).contains("nanoseconds")) {
@@ -107,7 +114,7 @@ pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig) -> Result<R
     let url = format!(
         "{}{sep}name={}&from={}&until={}&format=pprof&sampleRate={rate}&spyName=osprey",
         endpoint.url,
-        query_escape(&series_name(cfg)),
+        query_escape(&series_name(cfg, deployment)),
         item.start_ns.div_euclid(1_000_000_000),
         (item.end_ns + 999_999_999).div_euclid(1_000_000_000),
     );

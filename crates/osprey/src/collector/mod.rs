@@ -265,6 +265,10 @@ fn write(
 ) -> Option<PathBuf> {
     let mut comments = vec![format!("runtime-id={}", agent.runtime_id)];
     comments.push(format!("osprey {} hz={}", env!("CARGO_PKG_VERSION"), agent.cfg.hz));
+    if delivery.is_none() {
+        // The container and pod (a Delivery adds them itself): two small /proc reads a period.
+        comments.extend(osprey_upload::Deployment::of(0).comments());
+    }
     let mut data = aggregator.flush(reg, storage, agent.cfg.period_ns(), comments);
     data.lines = agent.cfg.lines;
     if data.samples.is_empty() {
