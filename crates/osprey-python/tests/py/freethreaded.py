@@ -2,7 +2,8 @@
 once on every core. Each mode prints one line per thread at the end:
 `thread NATIVE_ID NAME THREAD_TIME_NS` (the thread's own time.thread_time_ns()).
 
-  threads SECS   four threads, each in its own function, all busy
+  threads SECS   four threads, each in its own function, all busy (and a
+                 thread blocked on a lock meanwhile)
   split SECS     two threads: hot60 busy all the time, hot40 two thirds of it
   churn SECS     threads started and joined in a loop, the main thread busy too
   attach SECS    as `threads`, after a `ready` line (for osprey attach)
@@ -66,12 +67,23 @@ def short_lived(n):
     return x
 
 
+def wait_for_gate(gate):
+    with gate:
+        pass
+
+
 def run_threads(targets, secs):
+    """Runs each target in a thread for secs, and one more thread blocked
+    on a lock the main thread holds meanwhile (the main thread sleeps)."""
     stop = threading.Event()
+    gate = threading.Lock()
+    gate.acquire()
     ts = [threading.Thread(target=f, args=(stop,), name="worker-" + f.__name__) for f in targets]
+    ts.append(threading.Thread(target=wait_for_gate, args=(gate,), name="waiter"))
     for t in ts:
         t.start()
     time.sleep(secs)
+    gate.release()
     stop.set()
     for t in ts:
         t.join()
