@@ -39,14 +39,15 @@ fn compile_and_run(src: &Path, include: &Path, py: &common::Py, tag: &str) -> Ve
         .collect()
 }
 
-/// The interpreter's headers: its prefix's, Debian's in /usr/include, or
-/// the chroot's.
+/// The interpreter's headers: its prefix's (`python3.13t` for a
+/// free-threaded one), Debian's in /usr/include, or the chroot's.
 fn include_dir(py: &common::Py, minor: u32) -> PathBuf {
     if let Some(root) = &py.root {
         return root.join(format!("usr/include/python3.{minor}"));
     }
     let prefix = py.host_exe.parent().unwrap().parent().unwrap();
-    let include = prefix.join(format!("include/python3.{minor}"));
+    let abi = if osprey_python::abi_free_threaded(&py.host_exe.to_string_lossy()) { "t" } else { "" };
+    let include = prefix.join(format!("include/python3.{minor}{abi}"));
     if include.exists() {
         include
     } else {
@@ -70,6 +71,10 @@ fn check_layout(name: &str, minor: u32) {
     };
     let mut seen = 0;
     for (k, v) in offsets_from_headers(&include, &py, name) {
+        // A free-threaded layout does not read the (disabled) GIL.
+        if l.free_threaded && (k.starts_with("gil.") || k == "interp.gil_ptr") {
+            continue;
+        }
         seen += 1;
         let ours = match k.as_str() {
             "runtime.interpreters_head" => l.runtime_interpreters_head,
@@ -117,6 +122,8 @@ fn check_layout(name: &str, minor: u32) {
             "objects.long_size" => l.objects.long_size,
             "objects.long_digits" => l.objects.long_digits,
             "objects.values_array" => l.objects.values_array,
+            "objects.module_dict" => l.objects.module_dict,
+            "objects.managed_dict" => l.objects.managed_dict,
             other => panic!("unknown key {other}"),
         };
         assert_eq!(ours, v, "{name}: {k}");
@@ -136,7 +143,7 @@ fn layouts_match_headers() {
 /// compiler computes from its headers.
 #[test]
 fn debug_offset_layouts_match_headers() {
-    for (name, minor) in [("3.13", 13), ("forky-3.13", 13), ("forky-3.14", 14), ("forky-3.15", 15)] {
+    for (name, minor) in [("3.13", 13), ("forky-3.13", 13), ("forky-3.14", 14), ("forky-3.15", 15), ("3.13t", 13)] {
         check_layout(name, minor);
     }
 }
@@ -145,7 +152,7 @@ fn debug_offset_layouts_match_headers() {
 /// struct in the interpreter's headers (`offsetof` of every field).
 #[test]
 fn debug_offsets_schemas_match_headers() {
-    for (name, minor) in [("forky-3.13", 13), ("forky-3.14", 14), ("forky-3.15", 15)] {
+    for (name, minor) in [("forky-3.13", 13), ("forky-3.14", 14), ("forky-3.15", 15), ("3.13t", 13)] {
         let Some(py) = common::python(name) else { return };
         let (schema, known) = osprey_python::debug_offsets::schema(minor).unwrap();
         assert!(known);

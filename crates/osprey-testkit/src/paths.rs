@@ -63,18 +63,30 @@ pub fn demo() -> PathBuf {
     sibling("osprey-demo")
 }
 
+/// `dir/file`, built once by `script` (a cached build: the collector, a
+/// free-threaded CPython). A build in progress (`.ci/run` starts them in the
+/// background) holds `dir.lock`, and is waited for; when the file is still
+/// missing, one line says so and the caller skips (None).
+pub fn cached_build(dir: &Path, file: &str, script: &str) -> Option<PathBuf> {
+    let lock = PathBuf::from(format!("{}.lock", dir.display()));
+    if let Ok(f) = std::fs::File::open(&lock) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this function owns; closed with `f`.
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) };
+    }
+    let p = dir.join(file);
+    if p.exists() {
+        return Some(p);
+    }
+    eprintln!("skipping: {} not built (run {script})", p.display());
+    None
+}
+
 /// The test OpenTelemetry Collector built by
 /// `crates/osprey-upload/tests/collector/build.sh` (`$OSPREY_OTELCOL/osprey-otelcol`,
-/// default `/var/cache/osprey/otelcol-0.165.0`); `None`, with one line
-/// saying why, when it is not built (`.ci/run` builds it where Go >= 1.26 is).
+/// default `/var/cache/osprey/otelcol-0.165.0`; see [`cached_build`]).
 pub fn otelcol() -> Option<PathBuf> {
     let dir =
         std::env::var_os("OSPREY_OTELCOL").map_or(PathBuf::from("/var/cache/osprey/otelcol-0.165.0"), PathBuf::from);
-    let p = dir.join("osprey-otelcol");
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!("skipped: {} not built (crates/osprey-upload/tests/collector/build.sh)", p.display());
-        None
-    }
+    cached_build(&dir, "osprey-otelcol", "crates/osprey-upload/tests/collector/build.sh")
 }

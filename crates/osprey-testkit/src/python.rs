@@ -162,9 +162,14 @@ fn python_descendant(pid: i32) -> i32 {
 /// The interpreter for `name`: "3.8".."3.13" (pyenv, shared libpython),
 /// "debian-3.11" (/usr/bin/python3.11, static), "forky-3.13".."forky-3.15"
 /// (Debian testing's static builds in a chroot), "forky-3.14-pidns" (the
-/// same in a new PID namespace too). A missing interpreter fails the test
-/// unless OSPREY_SKIP_MISSING_PYTHON=1 (then None: skip).
+/// same in a new PID namespace too), "3.13t" (free-threaded, optional: see
+/// [`free_threaded_313`]). A missing interpreter fails the test unless
+/// OSPREY_SKIP_MISSING_PYTHON=1 (then None: skip).
 pub fn python(name: &str) -> Option<Py> {
+    if name == "3.13t" {
+        let host_exe = free_threaded_313()?;
+        return Some(Py { inner_exe: host_exe.to_string_lossy().into_owned(), host_exe, root: None, pidns: false });
+    }
     if let Some(rest) = name.strip_prefix("forky-") {
         let (v, pidns) = match rest.strip_suffix("-pidns") {
             Some(v) => (v, true),
@@ -212,6 +217,19 @@ pub fn interpreter(name: &str) -> Option<PathBuf> {
         }
         None => panic!("python {name} not found (set OSPREY_SKIP_MISSING_PYTHON=1 to skip)"),
     }
+}
+
+/// The free-threaded CPython 3.13 (`--disable-gil`) that
+/// `tests/freethreaded/build-313t.sh` builds (about 20 minutes; `.ci/run`
+/// starts it, cached), at `$OSPREY_PY313T/bin/python3.13t` (default
+/// `/var/cache/osprey/python3.13t`; see [`crate::paths::cached_build`]).
+pub fn free_threaded_313() -> Option<PathBuf> {
+    let dir = std::env::var("OSPREY_PY313T").unwrap_or_else(|_| "/var/cache/osprey/python3.13t".into());
+    crate::paths::cached_build(
+        Path::new(&dir),
+        "bin/python3.13t",
+        &format!("{PY_CRATE}/tests/freethreaded/build-313t.sh"),
+    )
 }
 
 /// osprey-python's shared workload script, `tests/py/workload.py`.

@@ -498,12 +498,16 @@ impl DebugOffsets {
         let gil = g("interpreter_state.gil_runtime_state")?;
         let ascii = g("unicode_object.asciiobject_size")?;
         let compact = self.get("unicode_object.compactunicodeobject_size").unwrap_or(ascii + 16);
+        let free_threaded = self.free_threaded();
         let mut l = Layout {
             minor,
+            free_threaded,
             runtime_interpreters_head: g("runtime_state.interpreters_head")?,
             runtime_autotsskey: autotsskey,
             runtime_gil: None,
-            interp_gil_ptr: Some(g("interpreter_state.ceval_gil")?),
+            // A free-threaded build keeps a GIL structure (disabled unless an
+            // extension or PYTHON_GIL=1 enables it); it is not read.
+            interp_gil_ptr: (!free_threaded).then_some(g("interpreter_state.ceval_gil")?),
             // The GIL fields are published relative to the interpreter (its
             // inline `_gil`); osprey reads them relative to the GIL itself.
             gil_last_holder: g("interpreter_state.gil_runtime_state_holder")? - gil,
@@ -548,6 +552,9 @@ impl DebugOffsets {
         l.unicode_length = g("unicode_object.length")?;
         l.interp_gc_collecting = Some(g("interpreter_state.gc")? + g("gc.collecting")?);
         l.tstate_holds_gil = self.get("thread_state.holds_gil");
+        if free_threaded {
+            l.objects = l.objects.free_threaded(g("pyobject.size")?);
+        }
         self.object_layout(&mut l.objects);
         l.fix_sizes();
         Ok(l)
@@ -654,6 +661,23 @@ mod tests {
         assert_eq!(l.gil_last_holder, 8);
         assert_eq!(l.interp_gc_collecting, Some(1100));
         assert_eq!(l.unicode_compact_size, 56);
+    }
+
+    #[test]
+    fn free_threaded_struct_gives_a_layout_without_a_gil() {
+        let mut w = sample_314();
+        for (n, v) in [("free_threaded", 1), ("pyobject.size", 32), ("pyobject.ob_type", 24)] {
+            w[V314.iter().position(|x| *x == n).unwrap()] = v;
+        }
+        let d = DebugOffsets::parse(&words_to_bytes(&w)).unwrap().unwrap();
+        assert!(d.free_threaded());
+        d.validate().unwrap();
+        let l = d.layout(14, 0).unwrap();
+        assert!(l.free_threaded && l.interp_gil_ptr.is_none());
+        assert_eq!((l.object_type, l.objects.module_dict, l.objects.managed_dict), (24, 32, 8));
+        let l = DebugOffsets::parse(&words_to_bytes(&sample_314())).unwrap().unwrap().layout(14, 0).unwrap();
+        assert!(!l.free_threaded && l.interp_gil_ptr.is_some());
+        assert_eq!((l.objects.module_dict, l.objects.managed_dict), (16, 24));
     }
 
     #[test]

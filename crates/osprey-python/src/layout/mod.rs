@@ -40,6 +40,10 @@ pub enum LineTable {
 pub struct Layout {
     /// Python minor version (3.`minor`).
     pub minor: u32,
+    /// A free-threaded build (PEP 703, `Py_GIL_DISABLED`, 3.13+): a bigger
+    /// object header, and no GIL: `runtime_gil` and `interp_gil_ptr` are
+    /// None, so nothing holds or waits for one.
+    pub free_threaded: bool,
     /// `interpreters.head` in `_PyRuntime`.
     pub runtime_interpreters_head: u64,
     /// The gilstate `autoTSSkey` (a `Py_tss_t`) in `_PyRuntime`.
@@ -158,6 +162,7 @@ impl Layout {
         let old_unicode = minor < 12;
         Layout {
             minor,
+            free_threaded: false,
             runtime_interpreters_head: 0,
             runtime_autotsskey: 0,
             runtime_gil: None,

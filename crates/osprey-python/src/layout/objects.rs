@@ -1,9 +1,11 @@
 //! Layouts of the general objects the thread-name lookup reads
 //! (`sys.modules`, modules, `dict`s, instance attributes, `int`s), per
-//! minor version, x86-64 default (GIL) builds. 3.8–3.12: tables computed
-//! with `offsetof` against each version's headers (`tests/layout_and_errors.rs`
-//! recomputes them); 3.13+: the table, overridden by what `_Py_DebugOffsets`
-//! publishes ([`super::debug_offsets::DebugOffsets::object_layout`]).
+//! minor version, x86-64. 3.8–3.12: tables computed with `offsetof`
+//! against each version's headers (`tests/layout_and_errors.rs` recomputes
+//! them); 3.13+: the table, overridden by what `_Py_DebugOffsets`
+//! publishes ([`super::debug_offsets::DebugOffsets::object_layout`]), and
+//! for free-threaded builds moved by their bigger object header
+//! ([`ObjectLayout::free_threaded`]).
 
 /// How a dict's keys object (`PyDictKeysObject`) describes its table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,10 +27,12 @@ pub enum InstanceDict {
     /// 3.11 (`Py_TPFLAGS_MANAGED_DICT`): values pointer at -32, dict
     /// pointer at -24, before the object.
     ValuesOrDict,
-    /// 3.12: one word at -24: a dict, or (low bit set) values pointer - 1.
+    /// 3.12: one word at -[`ObjectLayout::managed_dict`]: a dict, or (low
+    /// bit set) values pointer - 1.
     Tagged,
-    /// 3.13+: a dict pointer at -24, else (`Py_TPFLAGS_INLINE_VALUES`) the
-    /// values inline after the object, at `tp_basicsize`.
+    /// 3.13+: a dict pointer at -[`ObjectLayout::managed_dict`], else
+    /// (`Py_TPFLAGS_INLINE_VALUES`) the values inline after the object, at
+    /// `tp_basicsize`.
     Inline,
 }
 
@@ -75,6 +79,10 @@ pub struct ObjectLayout {
     pub heap_type_cached_keys: u64,
     /// Where instances keep their attributes.
     pub instance_dict: InstanceDict,
+    /// How far before an instance its managed dict pointer lies (3.12+,
+    /// `-MANAGED_DICT_OFFSET`): 24 behind the GC header, 8 in free-threaded
+    /// builds, which have none.
+    pub managed_dict: u64,
     /// How an `int` stores sign and size.
     pub long_header: LongHeader,
     /// `ob_size` / `lv_tag` in `PyLongObject`.
@@ -115,10 +123,37 @@ impl ObjectLayout {
                 12 => InstanceDict::Tagged,
                 _ => InstanceDict::Inline,
             },
+            managed_dict: 24,
             long_header: if minor <= 11 { LongHeader::SignedSize } else { LongHeader::Tagged },
             long_size: 16,
             long_digits: 24,
         }
+    }
+
+    /// This layout for a free-threaded build (3.13+) whose `PyObject` is
+    /// `header` bytes (32: `ob_tid`, flags, `ob_ref_local`, `ob_ref_shared`
+    /// before `ob_type`) instead of 16: every field after the header moves
+    /// by the difference (a module's dict, a type's slots and a heap type's
+    /// cached keys; the published fields are taken over this afterwards),
+    /// and the managed dict sits right before the object (no GC header).
+    /// Keys and values objects have no object header: they do not move.
+    pub fn free_threaded(mut self, header: u64) -> ObjectLayout {
+        let grow = header.saturating_sub(16);
+        for f in [
+            &mut self.module_dict,
+            &mut self.dict_keys,
+            &mut self.dict_values,
+            &mut self.type_flags,
+            &mut self.type_basicsize,
+            &mut self.type_dictoffset,
+            &mut self.heap_type_cached_keys,
+            &mut self.long_size,
+            &mut self.long_digits,
+        ] {
+            *f += grow;
+        }
+        self.managed_dict = 8;
+        self
     }
 }
 
@@ -133,5 +168,15 @@ mod tests {
         assert_eq!(ObjectLayout::for_version(12).long_header, LongHeader::Tagged);
         assert_eq!(ObjectLayout::for_version(13).values_array, 8);
         assert_eq!(ObjectLayout::for_version(16), ObjectLayout::for_version(15));
+    }
+
+    #[test]
+    fn free_threaded_fields_move_past_the_bigger_header() {
+        let ft = ObjectLayout::for_version(13).free_threaded(32);
+        // 3.13t's headers: PyModuleObject.md_dict, PyTypeObject.tp_flags,
+        // tp_basicsize, tp_dictoffset, PyHeapTypeObject.ht_cached_keys.
+        assert_eq!((ft.module_dict, ft.type_flags, ft.type_basicsize), (32, 184, 48));
+        assert_eq!((ft.type_dictoffset, ft.heap_type_cached_keys, ft.managed_dict), (304, 896, 8));
+        assert_eq!((ft.keys, ft.values_array), (DictKeys::Log2, 8));
     }
 }

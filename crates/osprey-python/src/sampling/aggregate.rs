@@ -51,18 +51,24 @@ pub struct Aggregator {
     /// ([`osprey_pprof::TIMESTAMP_LABEL`]): a timeline, at the cost of one
     /// sample per stack and pass instead of per stack.
     pub timeline: bool,
+    /// The target has a GIL: profiles carry `gil-wait` (a free-threaded
+    /// target's leave that sample type out rather than carry zeros).
+    gil: bool,
 }
 
 impl Aggregator {
     pub fn new(pid: i32, interval_ns: i64, s: &Sampler) -> Self {
-        Self::with_comments(
+        let ft = s.target.layout.free_threaded;
+        let mut a = Self::with_comments(
             pid,
             interval_ns,
             vec![
-                format!("python {}", s.target.version),
+                format!("python {}{}", s.target.version, if ft { " free-threaded" } else { "" }),
                 format!("osprey-python method {:?}", s.method.map(|m| format!("{m:?}")).unwrap_or("combined".into())),
             ],
-        )
+        );
+        a.gil = !ft;
+        a
     }
 
     fn with_comments(pid: i32, interval_ns: i64, comments: Vec<String>) -> Self {
@@ -82,6 +88,7 @@ impl Aggregator {
             truncated: 0,
             cycles: 0,
             timeline: false,
+            gil: true,
         }
     }
 
@@ -165,7 +172,8 @@ impl Aggregator {
                 if let Some(k) = scale {
                     v[1] = (v[1] as f64 * k).round() as i64;
                 }
-                Sample { frames, values: v.to_vec(), labels }
+                let values = if self.gil { v.to_vec() } else { vec![v[0], v[1], v[3]] };
+                Sample { frames, values, labels }
             })
             .collect();
         // A thread not sampled in this window has ended.
@@ -182,14 +190,14 @@ impl Aggregator {
         }
         (self.truncated, self.cycles) = (0, 0);
         let start_ns = self.window_start.duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+        let mut sample_types = vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())];
+        if self.gil {
+            sample_types.push(("gil-wait".into(), "nanoseconds".into()));
+        }
+        sample_types.push(("wall".into(), "nanoseconds".into()));
         let data = ProfileData {
             pid: self.pid,
-            sample_types: vec![
-                ("samples".into(), "count".into()),
-                ("cpu".into(), "nanoseconds".into()),
-                ("gil-wait".into(), "nanoseconds".into()),
-                ("wall".into(), "nanoseconds".into()),
-            ],
+            sample_types,
             period: ("wall".into(), "nanoseconds".into(), self.interval_ns),
             start_realtime_ns: start_ns,
             duration_ns: self.window_instant.elapsed().as_nanos() as i64,
@@ -273,5 +281,16 @@ mod tests {
         // A thread id reused by a new thread: its clock counts from 0 again.
         a.add(&[sample(7, "f", 1, Some(2_000_000))], 10_000_000, None);
         assert_eq!(cpu(&a.take())["f"], 2_000_000);
+    }
+
+    #[test]
+    fn without_a_gil_there_is_no_gil_wait_type() {
+        let mut a = Aggregator::with_comments(1, 10_000_000, vec![]);
+        a.gil = false;
+        a.add(&[sample(7, "f", 10, Some(1_000))], 10_000_000, None);
+        let p = a.take();
+        let types: Vec<&str> = p.sample_types.iter().map(|t| t.0.as_str()).collect();
+        assert_eq!(types, ["samples", "cpu", "wall"]);
+        assert_eq!(p.samples[0].values, [1, 1_000, 10_000_000]);
     }
 }

@@ -368,7 +368,11 @@ impl Sampler {
                 frames.insert(0, Frame::Synthetic(crate::sampling::gc::GC_FRAME.into()));
             }
             let sys = if holds { Sys::Unknown } else { self.procs.syscall(pid, tid) };
-            let state = classify(holds, k.state, sys, &ranges);
+            let mut state = classify(holds, k.state, sys, &ranges);
+            // Without a GIL, a thread on a CPU runs (Python or C alike).
+            if self.target.layout.free_threaded && state == State::Native {
+                state = State::Running;
+            }
             let gil_wait_ns = self.gil_waits.observe(tid, state == State::WaitingForGil, now);
             let task = self.tasks.name(&self.target, task);
             // On a CPU during the stack read: its exact clock moved. Without

@@ -20,9 +20,10 @@ const SLEEP_SYSCALLS: &[i64] = &[
 /// What a thread was doing when sampled (its `state` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
-    /// Holds the GIL.
+    /// Holds the GIL (free-threaded builds: on a CPU).
     Running,
-    /// On a CPU without the GIL: C code such as zlib, or about to take it.
+    /// On a CPU without the GIL: C code such as zlib, or about to take it
+    /// (never in free-threaded builds).
     Native,
     /// Blocked on the GIL's futexes.
     WaitingForGil,

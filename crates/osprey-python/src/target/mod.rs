@@ -245,9 +245,15 @@ fn layout_of(
         return Err(refuse(format!("its debug offsets claim version {claimed}")));
     }
     d.validate().map_err(|e| refuse(format!("invalid _Py_DebugOffsets: {e}")))?;
-    if d.free_threaded() {
+    if d.free_threaded() && version.minor >= 14 {
         return Err(Error::Unsupported(format!(
-            "CPython {version} is a free-threaded build (no GIL): osprey does not profile free-threaded interpreters yet (per-thread bytecode copies, no GIL holder to read); use a default build"
+            "CPython {version} is a free-threaded build: osprey reads free-threaded 3.13 only (3.14 and later run per-thread copies of the bytecode, which it does not read yet); use a default build"
+        )));
+    }
+    if !d.free_threaded() && abi_free_threaded(&module.path) {
+        return Err(refuse(format!(
+            "{} is named as a free-threaded build (ABI flag t) but its _Py_DebugOffsets say it is not",
+            module.path
         )));
     }
     let autotsskey = decode_autotsskey(mem, module, runtime, d.get("runtime_state.size").unwrap_or(0)).unwrap_or(0);
@@ -259,6 +265,17 @@ fn layout_of(
         ));
     }
     Ok((layout, true))
+}
+
+/// Does the file name of the interpreter's module carry the free-threaded
+/// ABI flag (`python3.13t`, `libpython3.13t.so.1.0`)? Only an agreement
+/// check: the `free_threaded` flag of `_Py_DebugOffsets` decides, since an
+/// interpreter can be installed under any name.
+pub fn abi_free_threaded(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or("");
+    let Some(v) = name.strip_prefix("libpython3.").or_else(|| name.strip_prefix("python3.")) else { return false };
+    let minor = v.chars().take_while(char::is_ascii_digit).count();
+    minor > 0 && v[minor..].starts_with('t') && matches!(v[minor + 1..].chars().next(), None | Some('.') | Some('d'))
 }
 
 /// Offset of the gilstate `autoTSSkey` in `_PyRuntime`, from the code of
@@ -534,5 +551,14 @@ mod tests {
         assert_eq!(Version::parse("3.10.13 (main, Jan 1)"), None);
         assert_eq!(Version::parse("/tmp/x"), None);
         assert_eq!(Version::from_hex(0x030c01f0), Version { major: 3, minor: 12, micro: 1 });
+    }
+    #[test]
+    fn abi_flag_in_names() {
+        for n in ["/opt/bin/python3.13t", "/usr/lib/libpython3.13t.so.1.0", "python3.14td", "libpython3.13t.so"] {
+            assert!(abi_free_threaded(n), "{n}");
+        }
+        for n in ["/usr/bin/python3.13", "libpython3.13.so.1.0", "python3.13-dbg", "python3", "python3.1test"] {
+            assert!(!abi_free_threaded(n), "{n}");
+        }
     }
 }

@@ -240,14 +240,14 @@ impl<'a> Reader<'a> {
                 self.dict(dict)
             }
             InstanceDict::Tagged => {
-                let dorv = self.u64(obj - 24)?;
+                let dorv = self.u64(obj - o.managed_dict)?;
                 if dorv & 1 == 1 {
                     return self.table(cached()?, Some(dorv + 1));
                 }
                 self.dict(dorv)
             }
             InstanceDict::Inline => {
-                let dict = self.u64(obj - 24)?;
+                let dict = self.u64(obj - o.managed_dict)?;
                 if dict != 0 {
                     return self.dict(dict);
                 }

@@ -22,6 +22,10 @@
 #if PY_VERSION_HEX >= 0x030B0000
 #include "internal/pycore_dict.h"
 #endif
+#if PY_VERSION_HEX >= 0x030C0000
+#include "internal/pycore_moduleobject.h"
+#include "internal/pycore_object.h"
+#endif
 
 #define P(name, val) printf("%s %ld\n", name, (long)(val))
 
@@ -119,6 +123,13 @@ int main(void) {
     P("objects.heap_type_cached_keys", offsetof(PyHeapTypeObject, ht_cached_keys));
 #if PY_VERSION_HEX >= 0x030B0000
     P("objects.values_array", offsetof(PyDictValues, values));
+#endif
+#if PY_VERSION_HEX >= 0x030C0000
+    /* Free-threaded builds move these with their bigger object header. */
+    P("objects.module_dict", offsetof(PyModuleObject, md_dict));
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    P("objects.managed_dict", -MANAGED_DICT_OFFSET);
 #endif
     return 0;
 }

@@ -15,16 +15,10 @@ pkgs="python3.13 python3.14 python3.15 libpython3.13-dev libpython3.14-dev libpy
 stamp="$dir/.osprey-ready"
 
 ready() { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pkgs" ]; }
-ready && exit 0
-
-mkdir -p "$(dirname "$dir")"
-exec 9>"$dir.lock"
-flock 9
-ready && exit 0
-
-mirror=$(grep -rhoE '^(URIs:|deb)[[:space:]]+https?://[^[:space:]]+/debian/?' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null \
-    | awk '{print $NF}' | head -n1 || true)
-mirror=${mirror:-http://deb.debian.org/debian}
+# shellcheck source=../cached.sh
+. "$(dirname "$0")/../cached.sh"
+lock_unless_ready "$dir"
+mirror=$(debian_mirror)
 
 start=$(date +%s)
 if [ ! -x "$dir/usr/bin/apt-get" ]; then
