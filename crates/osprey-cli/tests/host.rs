@@ -309,12 +309,16 @@ fn own_termination_handler_is_kept() {
     assert!(ns >= 150_000_000, "spin_work has {ns} ns");
 }
 
-/// `abort()` and `_exit()` write the profile so far; status unchanged.
+/// `abort()`, `_exit()` and a SIGIO the program raises at `SIG_DFL` (osprey
+/// takes SIGIO only for the kernel's fallback) write the profile so far;
+/// status unchanged.
 #[test]
-fn abort_and_exit_write_the_profile() {
+fn abort_exit_and_raised_sigio_write_the_profile() {
     let dir = tempdir("abort");
     let prog = compile_named(C_DIR, "ending", &dir);
-    for (mode, check) in [("abort", (None, Some(libc::SIGABRT))), ("_exit", (Some(3), None))] {
+    for (mode, check) in
+        [("abort", (None, Some(libc::SIGABRT))), ("_exit", (Some(3), None)), ("sigio", (None, Some(libc::SIGIO)))]
+    {
         let out = dir.join(mode);
         let (st, _, stderr, pid) = run_limited(
             &[

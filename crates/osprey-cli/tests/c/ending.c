@@ -4,6 +4,7 @@
  *                   "handled" and exits 0 (its handler, not osprey's, runs)
  *   ending abort    burns 300 ms of CPU, then abort()
  *   ending _exit    burns 300 ms of CPU, then _exit(3)
+ *   ending sigio    burns 300 ms of CPU, then raise(SIGIO) (SIG_DFL: it dies)
  *   ending query    prints how many of SIGINT, SIGTERM, SIGHUP it sees at
  *                   SIG_DFL through sigaction, then through signal() */
 #define _GNU_SOURCE
@@ -52,5 +53,6 @@ int main(int argc, char **argv) {
     spin_work(300);
     if (strcmp(mode, "abort") == 0) abort();
     if (strcmp(mode, "_exit") == 0) _exit(3);
+    if (strcmp(mode, "sigio") == 0) raise(SIGIO);
     return 2;
 }

@@ -8,7 +8,7 @@
 //! | `unwind.rs` | the frame-pointer walk (no tables yet, or off the thread's stack) |
 //! | `wall.rs` | the running thread's pending wall time, recorded with its CPU sample |
 //! | `sys.rs` | raw system calls, clocks, the errno guard |
-//! | `shutdown.rs` | `on_terminate`: SIGINT/SIGTERM/SIGHUP, last profile, then the default action; `on_sigio`: the kernel's SIGIO fallback for a full signal queue, dropped |
+//! | `shutdown.rs` | `on_terminate`: SIGINT/SIGTERM/SIGHUP, last profile, then the default action; `on_sigio`: the kernel's SIGIO fallback for a full signal queue, dropped (a sent SIGIO goes to `on_terminate`) |
 //! | `alloc.rs` | the allocation sampler: countdown, sampled path (`malloc` runs it) |
 //! | `live.rs` | the set of sampled allocations not freed yet |
 //! | `arch/` | registers from `ucontext`, prologue decoding, the `syscall` asm |

@@ -106,11 +106,19 @@ pub static SIGIO_DROPPED: core::sync::atomic::AtomicU64 = core::sync::atomic::At
 /// SIGIO, installed only over `SIG_DFL`: the kernel sends it in place of a
 /// perf clock's real-time signal when the user's queue of pending signals is
 /// full (heavy load at high rates), and its default action would kill the
-/// program. A program whose SIGIO is `SIG_DFL` uses no SIGIO of its own, so
-/// the signal is counted and dropped (one atomic add: async-signal-safe).
+/// program. That fallback comes from the kernel (`SI_KERNEL`) and is counted
+/// and dropped (one atomic add: async-signal-safe). A SIGIO a process sent
+/// (`kill`, `raise`, `sigqueue`) ends the program as `SIG_DFL` would, after
+/// the last profile, through [`on_terminate`].
 ///
 /// # Safety
 /// Installed with `SA_SIGINFO` for SIGIO.
-pub(crate) unsafe extern "C" fn on_sigio(_sig: libc::c_int, _info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+pub(crate) unsafe extern "C" fn on_sigio(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo.
+    let code = if info.is_null() { libc::SI_KERNEL } else { unsafe { (*info).si_code } };
+    if code != libc::SI_KERNEL {
+        // SAFETY: the same contract, for the signal that arrived.
+        return unsafe { on_terminate(sig, info, uc) };
+    }
     SIGIO_DROPPED.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
 }
