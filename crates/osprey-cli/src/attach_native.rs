@@ -4,13 +4,20 @@
 //! here with the target's CFI tables, and profiles delivered like the
 //! agent's (`osprey_upload::Delivery`: files, backends).
 //!
-//! Nothing is injected and no thread is stopped. Threads started after the
+//! Nothing is injected. A target that publishes OpenTelemetry thread
+//! contexts (OTEP 4947) has each thread stopped once, briefly, when first
+//! seen, for its thread pointer; each sample then gets the thread's trace
+//! and span ids read without a stop ([`LiveReader`]), at drain time, so the
+//! drain runs every [`CONTEXT_DRAIN`] and a span shorter than that may be
+//! missed. A record changing under the read is skipped and counted. Any
+//! other target is never stopped. Threads started after the
 //! attach are sampled from the next refresh on ([`REFRESH`]). The run ends at
 //! `--duration`, Ctrl-C, or the target's exit; a profile written once the
 //! target is gone (its maps unreadable) is named here, from the modules the
 //! unwinder last read ([`symbolize_offline`]).
 
 use crate::{exec, Failure, Sampling};
+use osprey_perf::thread_ctx::{LiveReader, ThreadRead};
 use osprey_pprof::{Frame, Label, LabelValue, ProfileData, Sample};
 use osprey_unwind::compile::DEBUG_ROOT;
 use osprey_unwind::ModuleSet;
@@ -23,10 +30,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const STACK_BYTES: u32 = 16 << 10;
 /// Interval of the thread-list refresh and of the target's liveness check.
 const REFRESH: Duration = Duration::from_millis(100);
+/// Longest wait between drains when thread contexts are read: the record is
+/// read when the sample is drained, so this bounds how stale its span is.
+const CONTEXT_DRAIN: Duration = Duration::from_millis(10);
 
 /// What samples are merged by: thread, frames (leaf first), cut or not,
-/// and the sample's wall time when a timeline is kept (else 0).
-type Key = (u32, Vec<u64>, bool, i64);
+/// the sample's wall time when a timeline is kept (else 0), and the
+/// thread's (trace id, span id) (0 = none).
+type Key = (u32, Vec<u64>, bool, i64, (u128, u64));
 
 /// Counts and CPU nanoseconds of the samples of one key.
 #[derive(Default, Clone, Copy)]
@@ -69,6 +80,11 @@ pub fn run(pid: i32, duration: Option<Duration>, s: &Sampling) -> Result<u8, Fai
         samples: 0,
     };
     run.name_threads(sampler.tids());
+    let mut contexts = LiveReader::open(pid).ok().flatten();
+    if let Some(c) = &mut contexts {
+        c.track(sampler.tids().map(|t| t as i32));
+    }
+    let drain_every = if contexts.is_some() { CONTEXT_DRAIN } else { REFRESH };
     let began = Instant::now();
     let mut refreshed = Instant::now();
     let mut ended = false;
@@ -78,19 +94,22 @@ pub fn run(pid: i32, duration: Option<Duration>, s: &Sampling) -> Result<u8, Fai
         if stop.load(Ordering::SeqCst) || left == Some(Duration::ZERO) {
             break;
         }
-        let wait = left.map_or(REFRESH, |l| l.min(REFRESH));
+        let wait = left.map_or(drain_every, |l| l.min(drain_every));
         let _ = sampler.wait(wait);
-        sampler.drain(&mut |raw| run.add(&unwinder.unwind(raw)));
+        sampler.drain(&mut |raw| run.add(&unwinder.unwind(raw), span_of(&mut contexts, raw.tid)));
         if now.duration_since(refreshed) >= REFRESH || sampler.tids().next().is_none() {
             refreshed = Instant::now();
             ended = !crate::target::alive(pid) || sampler.refresh_threads().is_err();
             run.name_threads(sampler.tids());
+            if let Some(c) = &mut contexts {
+                c.track(sampler.tids().map(|t| t as i32));
+            }
         }
         if run.started.elapsed() >= cfg.period {
             run.flush(&delivery, unwinder.modules());
         }
     }
-    sampler.drain(&mut |raw| run.add(&unwinder.unwind(raw)));
+    sampler.drain(&mut |raw| run.add(&unwinder.unwind(raw), span_of(&mut contexts, raw.tid)));
     run.flush(&delivery, unwinder.modules());
     let mut delivery = delivery;
     exec::report_uploads(&delivery.finish(), s.quiet);
@@ -99,6 +118,9 @@ pub fn run(pid: i32, duration: Option<Duration>, s: &Sampling) -> Result<u8, Fai
         run.errors.iter().for_each(|e| eprintln!("osprey: {e}"));
         if totals.lost > 0 {
             eprintln!("osprey: {} samples lost (the kernel's sample buffer was full)", totals.lost);
+        }
+        if let Some(c) = contexts.as_ref().filter(|c| c.torn() > 0) {
+            eprintln!("osprey: {} samples without their thread context (the record changed during the read)", c.torn());
         }
         if ended {
             eprintln!("osprey: pid {pid} exited");
@@ -143,11 +165,11 @@ impl Run {
         }
     }
 
-    fn add(&mut self, st: &osprey_perf::Stack) {
+    fn add(&mut self, st: &osprey_perf::Stack, span: (u128, u64)) {
         self.samples += 1;
         let at =
             if self.timeline { self.start_realtime_ns + st.time.saturating_sub(self.start_mono_ns) as i64 } else { 0 };
-        let a = self.pending.entry((st.tid, st.pcs.clone(), st.truncated, at)).or_default();
+        let a = self.pending.entry((st.tid, st.pcs.clone(), st.truncated, at, span)).or_default();
         a.count += 1;
         a.cpu_ns += st.period as i64;
     }
@@ -191,7 +213,7 @@ impl Run {
         }
     }
 
-    fn sample(&self, (tid, pcs, truncated, at): Key, agg: Agg) -> Sample {
+    fn sample(&self, (tid, pcs, truncated, at, (trace, span)): Key, agg: Agg) -> Sample {
         let mut frames: Vec<Frame> =
             pcs.iter().enumerate().map(|(i, &addr)| Frame::Native { addr, return_address: i > 0 }).collect();
         if truncated {
@@ -210,7 +232,25 @@ impl Run {
         if at != 0 {
             labels.push(Label { key: osprey_pprof::TIMESTAMP_LABEL.into(), value: LabelValue::Num(at) });
         }
+        // The agent's keys and formats. OTEP records carry no local root span:
+        // as the agent does for OTel spans, it is the trace id's low 64 bits.
+        if trace != 0 {
+            labels.push(Label { key: "trace id".into(), value: LabelValue::Str(format!("{trace:032x}")) });
+        }
+        if span != 0 || trace as u64 != 0 {
+            labels.push(Label { key: "span id".into(), value: LabelValue::Num(span as i64) });
+            labels.push(Label { key: "local root span id".into(), value: LabelValue::Num(trace as u64 as i64) });
+        }
         Sample { frames, values: vec![agg.count, agg.cpu_ns], labels }
+    }
+}
+
+/// Thread `tid`'s (trace id, span id) now; (0, 0) without a readable,
+/// consistent record.
+fn span_of(contexts: &mut Option<LiveReader>, tid: u32) -> (u128, u64) {
+    match contexts.as_mut().map(|c| c.read(tid as i32)) {
+        Some(ThreadRead::Record(c)) => (c.trace_id, c.span_id),
+        _ => (0, 0),
     }
 }
 

@@ -10,11 +10,18 @@
 //! (`osprey_perf::Unwinder`), and all the frames named in one pass
 //! (`osprey_pprof::symbolize`).
 //!
+//! A target that publishes OpenTelemetry thread contexts (OTEP 4947,
+//! `otel_thread_ctx_v1`) shows each thread's trace id, span id and
+//! attributes, read in the same stop (`osprey_perf::thread_ctx::Reader`: the
+//! record is only consistent while its thread is stopped); a record caught
+//! mid-update is skipped and counted, never shown.
+//!
 //! A CPython target's threads show their Python frames
 //! ([`crate::dump_python`]), and with `--native` their native frames too.
 
 use crate::dump_python::{self, PyFrame};
 use crate::{target, Failure};
+use osprey_perf::thread_ctx::{self, Reader, Reference, ThreadContext, ThreadRead};
 use osprey_perf::{RawSample, UserRegs};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -39,6 +46,10 @@ struct Thread {
     python: Option<Vec<PyFrame>>,
     /// CPython: its `threading.Thread` name.
     python_name: Option<String>,
+    /// CPython 3.14+: the asyncio task it is running.
+    task: Option<String>,
+    /// Its OTEP 4947 context, when it published one with ids or attributes.
+    context: Option<ThreadContext>,
 }
 
 pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
@@ -50,6 +61,9 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
     let mut longest = Duration::ZERO;
     let mut stack = vec![0u8; STACK_COPY];
     let mut threads = Vec::new();
+    // Located before any stop, so each stop only adds the record's reads.
+    let otel = Reader::open(pid).ok().flatten();
+    let mut torn = 0;
     for tid in target::threads(pid) {
         let state = target::thread_state(pid, tid);
         let name = target::thread_name(pid, tid);
@@ -63,11 +77,20 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
             fs_base: 0,
             python: None,
             python_name: None,
+            task: None,
+            context: None,
         };
-        match copy_stack(tid, &maps, &mut stack) {
-            Ok((regs, fs_base, len, stopped)) => {
+        match copy_stack(tid, &maps, &mut stack, otel.as_ref()) {
+            Ok(Copied { regs, fs_base, len, stopped, context }) => {
                 longest = longest.max(stopped);
                 t.fs_base = fs_base;
+                match context {
+                    Some(ThreadRead::Record(c)) if c.trace_id != 0 || c.span_id != 0 || !c.attributes.is_empty() => {
+                        t.context = Some(c)
+                    }
+                    Some(ThreadRead::Torn) => torn += 1,
+                    _ => {}
+                }
                 let raw = RawSample {
                     pid: pid as u32,
                     tid: tid as u32,
@@ -114,7 +137,7 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
             Ok(mut py) => {
                 for t in &mut threads {
                     if let Some(p) = py.remove(&t.tid) {
-                        (t.python, t.python_name) = (Some(p.frames), p.name);
+                        (t.python, t.python_name, t.task) = (Some(p.frames), p.name, p.task);
                     }
                 }
                 show_native = native;
@@ -132,10 +155,12 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
         return Err(Failure::from(format!("pid {pid} exited during the dump: nothing printed")));
     }
     let process = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_string();
-    let d = Dump { pid, process: &process, threads: &threads, names: &names, native: show_native };
+    let keys = otel.as_ref().and_then(|_| thread_ctx::read_reference(pid));
+    let d = Dump { pid, process: &process, threads: &threads, names: &names, native: show_native, keys: keys.as_ref() };
     print!("{}", if json { d.json() } else { d.text() });
+    let torn = if torn > 0 { format!("; {torn} thread contexts caught mid-update, not shown") } else { String::new() };
     eprintln!(
-        "osprey: {} threads in {:.3} s; each stopped at most {} us",
+        "osprey: {} threads in {:.3} s; each stopped at most {} us{torn}",
         threads.len(),
         took.as_secs_f64(),
         longest.as_micros()
@@ -143,14 +168,26 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// Stops `tid`, copies its registers and up to `buf.len()` bytes of stack
-/// from sp (within sp's mapping), resumes it. Returns the registers, the
-/// fs base, the bytes copied and how long the thread was held stopped.
+/// What one stop of a thread gave.
+struct Copied {
+    regs: UserRegs,
+    fs_base: u64,
+    /// Bytes of stack copied.
+    len: usize,
+    /// How long the thread was held stopped.
+    stopped: Duration,
+    /// Its OTEP 4947 record, when the process publishes them.
+    context: Option<ThreadRead>,
+}
+
+/// Stops `tid`, copies its registers, up to `buf.len()` bytes of stack from
+/// sp (within sp's mapping) and its `otel` record, resumes it.
 fn copy_stack(
     tid: i32,
     maps: &osprey_pprof::maps::ProcMaps,
     buf: &mut [u8],
-) -> std::io::Result<(UserRegs, u64, usize, Duration)> {
+    otel: Option<&Reader>,
+) -> std::io::Result<Copied> {
     let stopped = osprey_python::ptrace::Stopped::new(tid, false)?;
     // From the stop being seen to the detach: the time the thread stood still
     // because of us (it may have reached the stop a little earlier).
@@ -160,8 +197,9 @@ fn copy_stack(
     let end = maps.find(regs.sp).map_or(regs.sp, |i| maps.regions[i].end);
     let len = (end.saturating_sub(regs.sp) as usize).min(buf.len());
     let n = read_remote(tid, regs.sp, &mut buf[..len]);
+    let context = otel.map(|o| o.read(tid, r.fs_base));
     drop(stopped);
-    Ok((regs, r.fs_base, n, t0.elapsed()))
+    Ok(Copied { regs, fs_base: r.fs_base, len: n, stopped: t0.elapsed(), context })
 }
 
 /// The process tracing thread `tid` of `pid`, if it is traced.
@@ -231,11 +269,32 @@ struct Dump<'a> {
     names: &'a HashMap<(u64, bool), String>,
     /// Print the native frames (always, but for a CPython target without `--native`).
     native: bool,
+    /// The process context's attribute key names, if it publishes them.
+    keys: Option<&'a Reference>,
 }
 
 impl Dump<'_> {
     fn name(&self, pc: u64, i: usize) -> &str {
         self.names.get(&(pc, i > 0)).map_or("?", String::as_str)
+    }
+
+    /// Attribute key `index`'s name: the process context's, else `#index`.
+    fn key(&self, index: u8) -> String {
+        let named = self.keys.and_then(|r| r.attribute_keys.get(index as usize)).filter(|k| !k.is_empty());
+        named.cloned().unwrap_or_else(|| format!("#{index}"))
+    }
+
+    /// ` trace T span S k=v ...` for the thread line (empty without a context).
+    fn context_text(&self, c: Option<&ThreadContext>) -> String {
+        let Some(c) = c else { return String::new() };
+        let mut o = String::new();
+        if c.trace_id != 0 || c.span_id != 0 {
+            let _ = write!(o, " trace {} span {:016x}", c.trace_hex(), c.span_id);
+        }
+        for (k, v) in &c.attributes {
+            let _ = write!(o, " {}={v:?}", self.key(*k));
+        }
+        o
     }
 
     fn text(&self) -> String {
@@ -247,7 +306,9 @@ impl Dump<'_> {
                 Some(p) if *p != t.name => format!("\"{p}\" (os \"{}\")", t.name),
                 _ => format!("\"{}\"", t.name),
             };
-            let _ = writeln!(o, "\nthread {} {name} {}", t.tid, state_text(&t.state));
+            let task = t.task.as_ref().map_or(String::new(), |n| format!(" task {n:?}"));
+            let ctx = self.context_text(t.context.as_ref());
+            let _ = writeln!(o, "\nthread {} {name} {}{task}{ctx}", t.tid, state_text(&t.state));
             for f in t.python.iter().flatten() {
                 let _ = writeln!(o, "  py  {} ({}:{})", f.function, f.file, f.line);
             }
@@ -282,6 +343,21 @@ impl Dump<'_> {
                 });
                 if let Some(n) = &t.python_name {
                     v["python_name"] = n.as_str().into();
+                }
+                if let Some(n) = &t.task {
+                    v["task"] = n.as_str().into();
+                }
+                if let Some(c) = &t.context {
+                    if c.trace_id != 0 || c.span_id != 0 {
+                        v["trace_id"] = c.trace_hex().into();
+                        v["span_id"] = format!("{:016x}", c.span_id).into();
+                        v["trace_flags"] = c.trace_flags.into();
+                    }
+                    if !c.attributes.is_empty() {
+                        let attrs: serde_json::Map<String, serde_json::Value> =
+                            c.attributes.iter().map(|(k, val)| (self.key(*k), val.as_str().into())).collect();
+                        v["attributes"] = attrs.into();
+                    }
                 }
                 if self.native {
                     let frames: Vec<serde_json::Value> = t

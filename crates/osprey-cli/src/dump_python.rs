@@ -1,7 +1,9 @@
 //! The Python frames of a CPython target's threads for `osprey dump`: one
 //! read of each thread state's frame chain with `osprey-python`'s walker
 //! (`process_vm_readv`, no stop; a stack that changes under the read is
-//! retried, then kept with a `[truncated]` frame).
+//! retried, then kept with a `[truncated]` frame), and on 3.14+ the name of
+//! the asyncio task it is running (read before the stack, as the sampler
+//! does).
 
 use osprey_pprof::Frame;
 use std::collections::HashMap;
@@ -21,6 +23,8 @@ pub struct PyThread {
     pub name: Option<String>,
     /// Innermost first.
     pub frames: Vec<PyFrame>,
+    /// The asyncio task it is running (3.14+), by name.
+    pub task: Option<String>,
 }
 
 /// The Python stacks and thread names of `pid`'s threads, by kernel thread
@@ -32,11 +36,13 @@ pub fn stacks(pid: i32, fs_bases: &HashMap<u64, i32>) -> Result<HashMap<i32, PyT
     // `threading._active`, as the sampler reads it (bounded reads, no stop).
     let mut names = osprey_python::thread_names::ThreadNames::default();
     names.refresh(&t);
+    let mut tasks = osprey_python::asyncio::Tasks::default();
     let mut walks = osprey_python::stack::Walks::default();
     let mut retries = 0;
     let mut out = HashMap::new();
     for ts in tstates {
         let Some(tid) = ts.native_tid.or_else(|| fs_bases.get(&ts.thread_id).copied()) else { continue };
+        let task = tasks.running(&t, ts.addr);
         let Ok(stack) = osprey_python::stack::read_stack(&t, &mut walks, ts.addr, &mut retries, false) else {
             continue;
         };
@@ -49,7 +55,8 @@ pub fn stacks(pid: i32, fs_bases: &HashMap<u64, i32>) -> Result<HashMap<i32, PyT
                 Frame::Native { addr, .. } => PyFrame { function: format!("{addr:#x}"), file: String::new(), line: 0 },
             })
             .collect();
-        out.insert(tid, PyThread { name: names.name(ts.addr).map(str::to_string), frames });
+        let task = tasks.name(&t, task);
+        out.insert(tid, PyThread { name: names.name(ts.addr).map(str::to_string), frames, task });
     }
     Ok(out)
 }

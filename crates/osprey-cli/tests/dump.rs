@@ -134,6 +134,25 @@ fn cpython_threads_show_python_frames() {
     finish(c);
 }
 
+/// CPython 3.14+: each thread shows the asyncio task it is running, by the
+/// name the program gave it (two event loops, one per thread).
+#[test]
+fn cpython_threads_show_their_running_asyncio_task() {
+    let Some(py) = osprey_testkit::python::python("forky-3.14") else { return };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/asyncio_tasks.py");
+    let w = py.start_script(&script, &[]);
+    std::thread::sleep(Duration::from_millis(200));
+    let v: serde_json::Value = serde_json::from_str(&dump(w.pid() as u32, true)).unwrap();
+    let text = dump(w.pid() as u32, false);
+    drop(w);
+    let threads = v["threads"].as_array().unwrap();
+    let by_name = |n: &str| threads.iter().find(|t| t["python_name"] == n).unwrap_or_else(|| panic!("{n}: {v}"));
+    assert_eq!(by_name("MainThread")["task"], "main-blocker", "{v}");
+    assert_eq!(by_name("loop-thread")["task"], "side-blocker", "{v}");
+    assert_eq!(threads.iter().filter(|t| t.get("task").is_some()).count(), 2, "{v}");
+    assert!(text.contains(" task \"side-blocker\""), "{text}");
+}
+
 /// A thread has one tracer: a dump while another tracer holds the process
 /// (here this test, as a debugger or a second dump would) says so in one
 /// line, and the target is left running.

@@ -130,3 +130,47 @@ int main(void) {
     assert!(c.threads.iter().any(|t| t.trace_id == 0 && t.span_id == 0), "{c:?}");
     finish(child);
 }
+
+/// Reading without stopping the threads (as `osprey attach` does per
+/// sample): the churning thread is rewritten under the reads, yet no record
+/// read is ever a mix of two updates; the fixed threads read right each time.
+#[test]
+fn live_reads_skip_records_changing_under_them() {
+    use osprey_perf::thread_ctx::{LiveReader, ThreadRead};
+    let dir = tmp::tempdir("otel-live");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/otel_writer.c");
+    let exe = cc::compile_c(&src, &dir.join("otel_writer"), &["-rdynamic"]);
+    let child = start_ready(&mut Command::new(&exe));
+    let pid = child.id() as i32;
+    let mut live = LiveReader::open(pid).expect("readable").expect("the writer exports the symbol");
+    let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    live.track(tids.iter().copied());
+    let (mut fixed, mut churn, mut null) = (0, 0, 0);
+    for _ in 0..2000 {
+        for &tid in &tids {
+            match live.read(tid) {
+                ThreadRead::Record(t) if t.span_id >> 8 == 0xb7ad6b71692033 => {
+                    let i = t.span_id & 0xff;
+                    assert_eq!(t.trace_hex(), format!("0af7651916cd43dd8448eb211c8031{i:02x}"));
+                    assert_eq!(t.attributes, vec![(0, format!("/thread/{i}"))]);
+                    fixed += 1;
+                }
+                ThreadRead::Record(t) => {
+                    assert_eq!(t.trace_id, (t.span_id as u128 * 3) << 64 | t.span_id as u128, "mixed record: {t:?}");
+                    churn += 1;
+                }
+                ThreadRead::Null => null += 1,
+                r => assert!(matches!(r, ThreadRead::Torn), "{r:?}"),
+            }
+        }
+    }
+    eprintln!("live: {fixed} fixed, {churn} churning read whole, {} torn skipped, {null} empty", live.torn());
+    assert_eq!((fixed, null), (3 * 2000, 2000), "the fixed threads and the main thread read every time");
+    assert_eq!(churn + live.torn(), 2000);
+    assert_eq!(live.unreadable(), 0);
+    finish(child);
+}

@@ -24,7 +24,7 @@ pub use layout::{debug_offsets, objects as object_layout};
 pub use remote::namespace::permission_hint;
 pub use remote::{process, ptrace};
 pub use sampling::session::{attach, attach_with_sink, Options, Summary};
-pub use sampling::{native, thread_names};
+pub use sampling::{asyncio, native, thread_names};
 pub use target::thread_states::Method;
 pub use target::{abi_free_threaded, is_cpython_executable, is_cpython_process, open_target, Target, Version};
 pub use walk as stack;

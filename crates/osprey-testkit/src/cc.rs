@@ -12,8 +12,9 @@ pub const FRAME_POINTERS: [&str; 4] = ["-O1", "-g", "-fno-omit-frame-pointer", "
 /// (`osprey attach`/`top` to native programs).
 pub const FRAMELESS: [&str; 3] = ["-O2", "-fomit-frame-pointer", "-pthread"];
 
-/// One compiler invocation: `COMPILER FLAGS -I include SRC AFTER -o OUT`,
-/// `include` being the workspace's public C headers.
+/// One compiler invocation: `COMPILER FLAGS -I include -I c SRC AFTER -o
+/// OUT`, `include` being the workspace's public C headers and `c` the
+/// fixtures' shared ones (this crate's `c/`).
 #[derive(Clone, Debug)]
 pub struct Cc {
     compiler: String,
@@ -47,6 +48,8 @@ impl Cc {
             .args(&self.flags)
             .arg("-I")
             .arg(crate::paths::workspace_root().join("include"))
+            .arg("-I")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("c"))
             .arg(src)
             .args(&self.after)
             .arg("-o")

@@ -13,6 +13,8 @@
 //! intrusive way to get both that and the thread pointer, which `/proc` and
 //! perf user registers do not give. A record stopped mid-update (`valid`
 //! not 1) is skipped and counted in [`Contexts::torn`], never reported.
+//! [`Reader`] serves callers that stop the threads themselves; [`LiveReader`]
+//! samplers that must not stop them again after one stop per thread.
 //!
 //! Limits: x86-64; TLS placed statically (the executable, libraries loaded
 //! at start, `LD_PRELOAD`) or dynamically through TLSDESC/legacy GD (the
@@ -20,10 +22,12 @@
 //! unreadable).
 
 mod elf;
+mod live;
 mod mem;
 mod process_ctx;
 
 pub use elf::{TlsSlot, SYMBOL};
+pub use live::LiveReader;
 pub use process_ctx::{decode as decode_process_ctx, Reference};
 
 use crate::{Error, Result};
@@ -143,6 +147,12 @@ pub fn read_thread_contexts(pid: i32) -> Result<Contexts> {
     Ok(out)
 }
 
+/// The OTEP 4719 reference data of `pid` (attribute key names), if it
+/// publishes a process context.
+pub fn read_reference(pid: i32) -> Option<Reference> {
+    process_ctx::read(pid, &Memory { pid })
+}
+
 /// The module exporting the symbol and its slot.
 fn locate(pid: i32) -> Result<Option<(Located, String)>> {
     let maps = osprey_procfs::maps::read(pid).map_err(|_| Error::NoSuchProcess { pid: pid as u32 })?;
@@ -170,7 +180,13 @@ fn locate(pid: i32) -> Result<Option<(Located, String)>> {
 
 /// The record of thread `tid`, whose thread pointer is `tp`.
 fn read_one(mem: &Memory, at: &Located, tid: i32, tp: u64) -> Option<ThreadRead> {
-    let var = match at.slot {
+    read_record(mem, var_address(mem, at, tp)?, tid)
+}
+
+/// The address of the thread's `otel_thread_ctx_v1` variable (fixed for the
+/// thread's life once its TLS block exists).
+fn var_address(mem: &Memory, at: &Located, tp: u64) -> Option<u64> {
+    Some(match at.slot {
         TlsSlot::TpOff(off) => tp.wrapping_add(off as u64),
         TlsSlot::TpOffGot(got) => tp.wrapping_add(mem.word(at.bias + got)?),
         TlsSlot::Desc(got) => {
@@ -183,7 +199,11 @@ fn read_one(mem: &Memory, at: &Located, tid: i32, tp: u64) -> Option<ThreadRead>
             }
         }
         TlsSlot::ModuleGot(got) => dtv_address(mem, tp, mem.word(at.bias + got)?, mem.word(at.bias + got + 8)?)?,
-    };
+    })
+}
+
+/// The record the variable at `var` points at (one read of each part).
+fn read_record(mem: &Memory, var: u64, tid: i32) -> Option<ThreadRead> {
     let record = mem.word(var)?;
     if record == 0 {
         return Some(ThreadRead::Null);
@@ -226,6 +246,12 @@ pub fn parse_attributes(mut b: &[u8]) -> Vec<(u8, String)> {
         b = &rest[*len as usize..];
     }
     out
+}
+
+/// The thread pointer (`fs_base`) of `tid`, read in a stop as short as can
+/// be; `None` if the thread cannot be stopped (gone, refused, already traced).
+pub fn thread_pointer(tid: i32) -> Option<u64> {
+    stopped(tid, Some)
 }
 
 /// Runs `f` with the thread pointer of `tid` while the thread is stopped

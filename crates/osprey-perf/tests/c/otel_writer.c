@@ -16,24 +16,11 @@
 #include <string.h>
 #include <unistd.h>
 
-struct __attribute__((packed, aligned(8))) record {
-    uint8_t trace_id[16];
-    uint8_t span_id[8];
-    uint8_t valid;
-    uint8_t trace_flags;
-    uint16_t attrs_data_size;
-    uint8_t attrs_data[64];
-};
-
-__attribute__((visibility("default"))) __thread void *otel_thread_ctx_v1;
+#include "otel_thread_ctx.h"
 
 static struct record records[5];
 static volatile int published;
 static volatile int stop;
-
-static void put_be(uint8_t *out, uint64_t v) {
-    for (int i = 7; i >= 0; i--, v >>= 8) out[i] = (uint8_t)v;
-}
 
 static void *fixed(void *arg) {
     int i = (int)(intptr_t)arg;

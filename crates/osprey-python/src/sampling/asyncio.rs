@@ -25,8 +25,11 @@ const WORDS: usize = 13;
 /// The offsets osprey uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offsets {
+    /// `sizeof` a task object.
     pub task_size: u64,
+    /// Offset of a task's name in the task object.
     pub task_name: u64,
+    /// Offset of the running task in a thread state.
     pub tstate_running_task: u64,
 }
 

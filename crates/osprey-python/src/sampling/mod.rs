@@ -3,7 +3,7 @@
 //! Python thread name, native frames), and the profiles they add up to.
 
 pub(crate) mod aggregate;
-pub(crate) mod asyncio;
+pub mod asyncio;
 pub(crate) mod gc;
 pub(crate) mod gilwait;
 pub mod native;
