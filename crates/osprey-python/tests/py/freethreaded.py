@@ -93,10 +93,10 @@ def churn(secs):
     end = time.monotonic() + secs
     started = 0
     while time.monotonic() < end:
-        ts = [threading.Thread(target=short_lived, args=(20000,)) for _ in range(4)]
+        ts = [threading.Thread(target=short_lived, args=(100000,)) for _ in range(4)]
         for t in ts:
             t.start()
-        short_lived(20000)
+        short_lived(100000)
         for t in ts:
             t.join()
         started += len(ts)
