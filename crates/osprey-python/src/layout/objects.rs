@@ -61,6 +61,8 @@ pub struct ObjectLayout {
     pub interp_sysdict: u64,
     /// `md_dict` in `PyModuleObject` (right after the object header).
     pub module_dict: u64,
+    /// `ma_used` (the number of entries) in `PyDictObject`.
+    pub dict_used: u64,
     /// `ma_keys` in `PyDictObject`.
     pub dict_keys: u64,
     /// `ma_values` in `PyDictObject` (NULL for a combined table).
@@ -96,6 +98,8 @@ pub struct ObjectLayout {
     pub context_vars: u64,
     /// `h_root` (the root node) in `PyHamtObject`.
     pub hamt_root: u64,
+    /// `h_count` (entries) in `PyHamtObject`.
+    pub hamt_count: u64,
     /// `var_name` in `PyContextVar`.
     pub contextvar_name: u64,
     /// `var_hash` (what the HAMT is keyed by) in `PyContextVar`.
@@ -126,6 +130,7 @@ impl ObjectLayout {
             interp_modules,
             interp_sysdict,
             module_dict: 16,
+            dict_used: 16,
             dict_keys: 32,
             dict_values: 40,
             keys: if minor <= 10 { DictKeys::Sized } else { DictKeys::Log2 },
@@ -152,6 +157,7 @@ impl ObjectLayout {
             },
             context_vars: 24,
             hamt_root: 16,
+            hamt_count: 32,
             contextvar_name: 16,
             contextvar_hash: 56,
             tuple_size: 16,
@@ -171,6 +177,7 @@ impl ObjectLayout {
         let grow = header.saturating_sub(16);
         for f in [
             &mut self.module_dict,
+            &mut self.dict_used,
             &mut self.dict_keys,
             &mut self.dict_values,
             &mut self.type_flags,
@@ -181,6 +188,7 @@ impl ObjectLayout {
             &mut self.long_digits,
             &mut self.context_vars,
             &mut self.hamt_root,
+            &mut self.hamt_count,
             &mut self.contextvar_name,
             &mut self.tuple_size,
             &mut self.tuple_items,

@@ -22,20 +22,31 @@
 //! read gives no span, counted in [`SpanStats::torn`], never another's.
 //! The context's variables are read before the stack too: a thread that
 //! set or reset one during the stack read gets no span
-//! ([`SpanStats::changed`]), as it may not be the span the stack ran in.
-//! The module is looked for at most every [`RETRY`] until found; a layout
+//! ([`SpanStats::changed`]), as it may not be the span the stack ran in;
+//! so does one not stopped whose read took over [`MAX_GAP`] (the sampler preempted):
+//! a freed HAMT's memory is soon reused for the next one of the same size,
+//! and enough time lets the thread reach a state that reads the same.
+//! Until the module is found, `sys.modules` is looked into again when its
+//! size changed (checked every [`POLL`], one read), else every [`RETRY`]; a layout
 //! not recognised is said once ([`Spans::note`]) and not looked at again.
 
 use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant};
 
-use crate::target::contextvars::{self, NodeKinds, Var};
+use crate::target::contextvars::{self, Mark, NodeKinds, Var};
 use crate::target::pyobject::{Long, Reader, TPFLAGS_DICT_SUBCLASS, TPFLAGS_TUPLE_SUBCLASS};
 use crate::target::Target;
 
-/// How often to look for `opentelemetry.context` while it is not imported.
-pub const RETRY: Duration = Duration::from_secs(1);
+/// How often to look for `opentelemetry.context` while it is not imported,
+/// if `sys.modules` keeps its size.
+pub const RETRY: Duration = Duration::from_secs(5);
+/// How often to check the size of `sys.modules` meanwhile (programs import
+/// OTel at start-up and begin spans at once).
+pub const POLL: Duration = Duration::from_millis(20);
+/// The longest time from [`Spans::mark`] to [`Spans::read`] whose span is
+/// given (a stack read takes tens of microseconds).
+pub const MAX_GAP: Duration = Duration::from_millis(2);
 /// Memory reads per sample, at most.
 pub const BUDGET: u32 = 64;
 /// Memory reads to find the variable, at most.
@@ -65,6 +76,14 @@ pub struct SpanIds {
     pub local_root_span_id: u64,
 }
 
+/// A thread's context before its stack was read (see [`Spans::mark`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Before {
+    state: Mark,
+    at: Instant,
+    stopped: bool,
+}
+
 /// What span reads did.
 #[derive(Clone, Debug, Default)]
 pub struct SpanStats {
@@ -75,7 +94,8 @@ pub struct SpanStats {
     /// Reads that failed or met an unexpected object: no span given.
     pub torn: u64,
     /// Samples whose thread set or reset a variable while its stack was
-    /// read: no span given (it may not be the stack's).
+    /// read, or whose read took over [`MAX_GAP`]: no span given (it may not
+    /// be the stack's).
     pub changed: u64,
     /// Memory reads done by the lookups.
     pub reads: u64,
@@ -85,8 +105,13 @@ pub struct SpanStats {
 
 /// Where finding the variable stands.
 enum Search {
-    /// Not imported yet (when last looked).
-    Looked(Instant),
+    /// Not imported yet: when last looked or checked, when last looked, and
+    /// the size of `sys.modules` then.
+    Looked {
+        checked: Instant,
+        looked: Instant,
+        modules: u64,
+    },
     Found(Var),
     /// Imported, but not as expected: not looked at again.
     Unrecognised,
@@ -116,7 +141,6 @@ pub struct Spans {
     roots: HashMap<u128, u64>,
     /// A line for the user, once: why spans cannot be read.
     pub note: Option<String>,
-    noted: bool,
     /// Values of the variable that were not an OTel `Context`.
     strikes: u32,
     /// What the reads did so far.
@@ -126,14 +150,13 @@ pub struct Spans {
 impl Default for Spans {
     fn default() -> Self {
         Spans {
-            search: Search::Looked(Instant::now() - RETRY),
+            search: Search::Looked { checked: Instant::now() - RETRY, looked: Instant::now() - RETRY, modules: 0 },
             hints: Hints::default(),
             kinds: NodeKinds::default(),
             context_class: None,
             span_context_class: None,
             roots: HashMap::new(),
             note: None,
-            noted: false,
             strikes: 0,
             stats: SpanStats::default(),
         }
@@ -142,26 +165,34 @@ impl Default for Spans {
 
 impl Spans {
     /// What to pass to [`Spans::read`], read before the thread's stack: the
-    /// variables of its context then (0: none, or spans not read).
-    pub fn mark(&mut self, t: &Target, tstate: u64) -> u64 {
+    /// state of its context's variables then (default: none, or spans not
+    /// read), and when; `stopped`: the thread stands still until then (no
+    /// time limit).
+    pub fn mark(&mut self, t: &Target, tstate: u64, stopped: bool) -> Before {
+        let at = Instant::now();
         if !matches!(self.search, Search::Found(_)) {
-            return 0;
+            return Before { state: Mark::default(), at, stopped };
         }
-        let r = Reader::new(t, contextvars::VARS_READS);
-        let m = contextvars::vars(&r, tstate).ok().flatten().unwrap_or(0);
+        let r = Reader::new(t, contextvars::STATE_READS);
+        let state = contextvars::state(&r, tstate).ok().flatten().map(|s| s.0).unwrap_or_default();
         self.stats.reads += r.reads() as u64;
-        m
+        Before { state, at, stopped }
     }
 
     /// The span the thread whose state is at `tstate` is in, if any, read
     /// after its stack; none if its context's variables are no longer
     /// `mark` (from [`Spans::mark`], before the stack): the span may have
     /// begun or ended meanwhile.
-    pub fn read(&mut self, t: &Target, tstate: u64, mark: u64) -> Option<SpanIds> {
+    pub fn read(&mut self, t: &Target, tstate: u64, mark: Before) -> Option<SpanIds> {
         let var = match self.search {
             Search::Found(v) => v,
-            Search::Looked(at) if at.elapsed() >= RETRY => {
-                self.find_var(t);
+            Search::Looked { checked, looked, modules } if checked.elapsed() >= POLL => {
+                let now_modules = modules_len(t).unwrap_or(modules);
+                if now_modules == modules && looked.elapsed() < RETRY {
+                    self.search = Search::Looked { checked: Instant::now(), looked, modules };
+                    return None;
+                }
+                self.find_var(t, now_modules);
                 match self.search {
                     Search::Found(v) => v,
                     _ => return None,
@@ -188,30 +219,34 @@ impl Spans {
         }
     }
 
-    /// Says once why spans will not be read.
+    /// Says once (in the session's warnings) why spans will not be read.
     fn unrecognised(&mut self, why: String) {
-        if !self.noted {
-            self.noted = true;
-            let line = format!("OpenTelemetry context not recognised ({why}): Python samples carry no span ids");
-            eprintln!("osprey: {line}");
-            self.note = Some(line);
+        if self.note.is_none() {
+            self.note = Some(format!("OpenTelemetry context not recognised ({why}): Python samples carry no span ids"));
         }
     }
 
-    /// Finds `opentelemetry.context._RUNTIME_CONTEXT._current_context`.
-    fn find_var(&mut self, t: &Target) {
-        self.search = Search::Looked(Instant::now());
+    /// Finds `opentelemetry.context._RUNTIME_CONTEXT._current_context`
+    /// (`sys.modules` has `modules` entries).
+    fn find_var(&mut self, t: &Target, modules: u64) {
+        let now = Instant::now();
+        self.search = Search::Looked { checked: now, looked: now, modules };
         let Ok(interp) = t.interp_head() else { return };
         let r = Reader::new(t, FIND_BUDGET);
         let h = &mut self.hints;
         let Ok(Some(module)) = r.sys_module(interp, "opentelemetry.context", &mut h.module, &mut h.modules) else {
             return;
         };
+        // The module is in `sys.modules` while its body runs: until it has
+        // made its runtime context, it is looked at again at the next poll.
+        let runtime = match r.module_global(module, "_RUNTIME_CONTEXT", &mut h.runtime) {
+            Ok(Some(rt)) => rt,
+            _ => {
+                self.search = Search::Looked { checked: now, looked: now - RETRY, modules };
+                return;
+            }
+        };
         let found = (|| -> Result<Var, String> {
-            let runtime = r
-                .module_global(module, "_RUNTIME_CONTEXT", &mut h.runtime)
-                .map_err(|e| e.to_string())?
-                .ok_or("no _RUNTIME_CONTEXT")?;
             let attrs = r.attrs(runtime).map_err(|e| format!("runtime context: {e}"))?;
             let var =
                 r.find(&attrs, "_current_context", &mut h.var).ok_or("a runtime context other than contextvars")?;
@@ -244,13 +279,12 @@ impl Spans {
         Ok(ok)
     }
 
-    fn span_of(&mut self, r: &Reader, tstate: u64, var: Var, mark: u64) -> io::Result<Option<SpanIds>> {
-        let Some(hamt) = contextvars::vars(r, tstate)? else { return Ok(None) };
-        if hamt != mark {
+    fn span_of(&mut self, r: &Reader, tstate: u64, var: Var, mark: Before) -> io::Result<Option<SpanIds>> {
+        let Some((now, root)) = contextvars::state(r, tstate)? else { return Ok(None) };
+        if now != mark.state || (!mark.stopped && mark.at.elapsed() > MAX_GAP) {
             self.stats.changed += 1;
             return Ok(None);
         }
-        let root = contextvars::root(r, hamt)?;
         let Some(ctx) = contextvars::lookup(r, &mut self.kinds, root, var)? else { return Ok(None) };
         let ty = r.type_of(ctx)?;
         if !Self::verified(r, &mut self.context_class, ty, "Context", TPFLAGS_DICT_SUBCLASS)? {
@@ -313,4 +347,12 @@ impl Spans {
         };
         Ok((trace_id, span_id, remote))
     }
+}
+
+/// The number of entries of the main interpreter's `sys.modules`.
+fn modules_len(t: &Target) -> io::Result<u64> {
+    let r = Reader::new(t, 3);
+    let o = &t.layout.objects;
+    let modules = r.u64(t.interp_head()? + o.interp_modules)?;
+    r.u64(modules + o.dict_used)
 }

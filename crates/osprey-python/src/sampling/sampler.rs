@@ -332,7 +332,7 @@ impl Sampler {
             // the innermost frames were read (first), or, if none ran then,
             // the one that started during the read.
             let task_before = self.tasks.running(&self.target, tstate);
-            let span_mark = self.spans.mark(&self.target, tstate);
+            let span_mark = self.spans.mark(&self.target, tstate, was_stopped);
             let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, was_stopped);
             let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
             // The span it ran in, if the same before and after the stack.

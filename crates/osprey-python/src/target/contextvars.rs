@@ -24,8 +24,8 @@ use crate::target::pyobject::Reader;
 /// Nodes visited per lookup, at most: 7 levels of 5 hash bits, then a
 /// collision node.
 pub const MAX_DEPTH: usize = 8;
-/// Memory reads [`vars`] does, at most.
-pub const VARS_READS: u32 = 3;
+/// Memory reads [`state`] does, at most.
+pub const STATE_READS: u32 = 4;
 /// Key/value pairs of a collision node read, at most.
 const MAX_COLLISIONS: u64 = 64;
 
@@ -94,10 +94,19 @@ impl NodeKinds {
     }
 }
 
-/// The variables (HAMT) of the current `Context` of the thread state at
-/// `tstate` (None: the thread has no context yet). Setting a variable
-/// replaces them: another address means another value may be set.
-pub fn vars(r: &Reader, tstate: u64) -> io::Result<Option<u64>> {
+/// A thread's context variables at one moment: their HAMT's address and
+/// size. Setting or deleting a variable replaces the HAMT: the same address
+/// and size again (the old HAMT's memory reused by one of the same size)
+/// means at worst another value of a variable that was set then too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mark {
+    hamt: u64,
+    count: u64,
+}
+
+/// The variables of the current `Context` of the thread state at `tstate`
+/// now, and their HAMT's root node (None: the thread has no context yet).
+pub fn state(r: &Reader, tstate: u64) -> io::Result<Option<(Mark, u64)>> {
     let t = r.target();
     let o = &t.layout.objects;
     let ctx = r.u64(tstate + o.tstate_context)?;
@@ -113,12 +122,9 @@ pub fn vars(r: &Reader, tstate: u64) -> io::Result<Option<u64>> {
     if hamt == 0 {
         return Err(bad("Context without variables"));
     }
-    Ok(Some(hamt))
-}
-
-/// The root node of the HAMT at `hamt`.
-pub fn root(r: &Reader, hamt: u64) -> io::Result<u64> {
-    r.u64(hamt + r.target().layout.objects.hamt_root)
+    let b = r.read_bytes(hamt + o.hamt_root, (o.hamt_count - o.hamt_root + 8) as usize)?;
+    let count = rd_u64(&b, (o.hamt_count - o.hamt_root) as usize);
+    Ok(Some((Mark { hamt, count }, rd_u64(&b, 0))))
 }
 
 /// The value of `var` in the HAMT whose root node is `root` (None: not set).

@@ -134,9 +134,11 @@ int main(void) {
 #if PY_VERSION_HEX >= 0x030D0000
     P("objects.managed_dict", -MANAGED_DICT_OFFSET);
 #endif
+    P("objects.dict_used", offsetof(PyDictObject, ma_used));
     P("objects.tstate_context", offsetof(PyThreadState, context));
     P("objects.context_vars", offsetof(PyContext, ctx_vars));
     P("objects.hamt_root", offsetof(PyHamtObject, h_root));
+    P("objects.hamt_count", offsetof(PyHamtObject, h_count));
     P("objects.contextvar_name", offsetof(PyContextVar, var_name));
     P("objects.contextvar_hash", offsetof(PyContextVar, var_hash));
     P("objects.tuple_size", offsetof(PyVarObject, ob_size));
