@@ -82,6 +82,28 @@ fn spans(name: &str) {
     assert!(summary.spans.torn * 100 <= summary.spans.lookups, "{name}: torn reads {:?}", summary.spans);
 }
 
+/// An `opentelemetry.context` whose runtime context is not a `ContextVar`
+/// (`py/otel_other/`): one warning saying so, no span labels, the stacks
+/// as usual.
+#[test]
+fn other_runtime_context_is_said_once() {
+    let Some(py) = common::python("3.12") else { return };
+    let _slot = common::slots(1);
+    let other = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/otel_other");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/otel_other.py");
+    let w = py.start_script_env(&script, &["3"], &[("PYTHONPATH", other.to_str().unwrap())]);
+    let stop = AtomicBool::new(false);
+    let (data, summary) = common::collect(w.pid(), &common::options(100, Some(1.5)), &stop);
+    let said: Vec<&String> = summary.warnings.iter().filter(|w| w.contains("OpenTelemetry")).collect();
+    assert_eq!(said.len(), 1, "{:?}", summary.warnings);
+    assert!(said[0].contains("other than contextvars"), "{said:?}");
+    let samples: usize = data.iter().map(|d| d.samples.len()).sum();
+    assert!(samples > 0);
+    let labelled = data.iter().flat_map(|d| &d.samples).filter(|s| s.labels.iter().any(|l| l.key == "span id")).count();
+    assert_eq!(labelled, 0);
+    assert_eq!(summary.spans.lookups, 0, "{:?}", summary.spans);
+}
+
 osprey_testkit::per_interpreter!(only spans;
     py38 => "3.8", py39 => "3.9", py310 => "3.10", py311 => "3.11", py312 => "3.12", py313 => "3.13",
-    forky314 => "forky-3.14", forky315 => "forky-3.15");
+    forky314 => "forky-3.14", forky315 => "forky-3.15", ft313 => "3.13t");

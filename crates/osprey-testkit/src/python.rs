@@ -371,12 +371,13 @@ pub fn otel_sdk_version(minor: u32) -> &'static str {
 /// [`otel_sdk_version`]) for interpreter `name` (as [`python`] names it),
 /// as that interpreter sees it: put it on its `PYTHONPATH`. Installed with
 /// pip into `<target>/otel-py/<name>` (`.ci/run` does it beforehand), with
-/// the interpreter's own pip, or for a chroot's the host's `python3` pip
-/// told the version (the packages are pure Python), then copied into the
-/// chroot. If it cannot be installed: None (skip) with
+/// the interpreter's own pip, or for a chroot's or one without pip (3.13t)
+/// the host's `python3` pip told the version (the packages are pure
+/// Python), then copied into the chroot. If it cannot be installed: None (skip) with
 /// OSPREY_SKIP_MISSING_PYTHON=1, else the test fails.
 pub fn otel_sdk(py: &Py, name: &str) -> Option<String> {
     let version = name.trim_start_matches("forky-").trim_start_matches("debian-").trim_end_matches("-pidns");
+    let version = version.trim_end_matches('t');
     let minor: u32 = version.strip_prefix("3.").and_then(|m| m.parse().ok()).expect("a 3.x interpreter name");
     let sdk = otel_sdk_version(minor);
     let key = name.trim_end_matches("-pidns");
@@ -385,12 +386,11 @@ pub fn otel_sdk(py: &Py, name: &str) -> Option<String> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _held = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !stamp.exists() {
-        let mut pip = match &py.root {
-            None => Command::new(&py.host_exe),
-            Some(_) => Command::new("python3"),
-        };
+        let own = py.root.is_none()
+            && Command::new(&py.host_exe).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success());
+        let mut pip = Command::new(if own { py.host_exe.as_os_str() } else { "python3".as_ref() });
         pip.args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "--target"]).arg(&dir);
-        if py.root.is_some() {
+        if !own {
             pip.args(["--python-version", version, "--only-binary=:all:"]);
         }
         let out = pip.arg(format!("opentelemetry-sdk=={sdk}")).output();
