@@ -25,7 +25,7 @@ use crate::target::pyobject::Reader;
 /// collision node.
 pub const MAX_DEPTH: usize = 8;
 /// Memory reads [`state`] does, at most.
-pub const STATE_READS: u32 = 4;
+pub const STATE_READS: u32 = 3;
 /// Key/value pairs of a collision node read, at most.
 const MAX_COLLISIONS: u64 = 64;
 
@@ -113,12 +113,12 @@ pub fn state(r: &Reader, tstate: u64) -> io::Result<Option<(Mark, u64)>> {
     if ctx == 0 {
         return Ok(None);
     }
-    if let Some(want) = t.context_type {
-        if r.type_of(ctx)? != want {
-            return Err(bad("not a Context"));
-        }
+    // Its type and variables in one read.
+    let b = r.read_bytes(ctx, (o.context_vars.max(t.layout.object_type) + 8) as usize)?;
+    if t.context_type.is_some_and(|want| rd_u64(&b, t.layout.object_type as usize) != want) {
+        return Err(bad("not a Context"));
     }
-    let hamt = r.u64(ctx + o.context_vars)?;
+    let hamt = rd_u64(&b, o.context_vars as usize);
     if hamt == 0 {
         return Err(bad("Context without variables"));
     }
