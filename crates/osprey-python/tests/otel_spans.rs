@@ -36,20 +36,31 @@ fn cost(name: &str, pid: i32) {
         spans.read(&t, ts, m);
     }
     let (before, stats) = (thread_cpu(), spans.stats.clone());
+    // CPU and reads of the lookups that found a span, and of the others.
+    let mut split = [(Duration::ZERO, 0u64, 0u64); 2];
     for _ in 0..500 {
         for &ts in &tstates {
+            let (at, reads) = (thread_cpu(), spans.stats.reads);
             let m = spans.mark(&t, ts, false);
-            spans.read(&t, ts, m);
+            let got = spans.read(&t, ts, m).is_some() as usize;
+            split[got].0 += thread_cpu() - at;
+            split[got].1 += spans.stats.reads - reads;
+            split[got].2 += 1;
         }
     }
     let cpu = thread_cpu() - before;
     let n = spans.stats.lookups - stats.lookups;
     let found = spans.stats.found - stats.found;
     let reads = (spans.stats.reads - stats.reads) as f64 / n as f64;
+    let each = |(c, r, k): (Duration, u64, u64)| {
+        format!("{:.1} µs, {:.1} reads", c.as_secs_f64() * 1e6 / k.max(1) as f64, r as f64 / k.max(1) as f64)
+    };
     eprintln!(
-        "{name}: span lookup: {:.1} µs CPU, {reads:.1} memory reads ({n} lookups over {} threads, {found} in a span, {} torn, {} changed)",
+        "{name}: span lookup: {:.1} µs CPU, {reads:.1} memory reads ({n} lookups over {} threads, {found} in a span: {}; others: {}; {} torn, {} changed)",
         cpu.as_secs_f64() * 1e6 / n as f64,
         tstates.len(),
+        each(split[1]),
+        each(split[0]),
         spans.stats.torn - stats.torn,
         spans.stats.changed - stats.changed
     );

@@ -62,7 +62,8 @@ pub struct Tally {
 /// under `worker`. Other stacks, torn ones included (3.8 and 3.9 reuse
 /// frame objects: a rare read mixes two calls' frames), say nothing here.
 fn work(names: &[&str]) -> Option<&'static str> {
-    let at = names.iter().position(|n| !matches!(*n, "<genexpr>" | "burn"))?;
+    // 3.11+ name the generator by its qualified name, `burn.<locals>.<genexpr>`.
+    let at = names.iter().position(|n| *n != "burn" && !n.ends_with("<genexpr>"))?;
     if at == 0 || names.get(at + 1) != Some(&"worker") {
         return None;
     }

@@ -45,8 +45,9 @@ pub const RETRY: Duration = Duration::from_secs(5);
 /// OTel at start-up and begin spans at once).
 pub const POLL: Duration = Duration::from_millis(20);
 /// The longest time from [`Spans::mark`] to [`Spans::read`] whose span is
-/// given (a stack read takes tens of microseconds).
-pub const MAX_GAP: Duration = Duration::from_millis(2);
+/// given: a stack read takes tens of microseconds, a sampler preempted on a
+/// busy machine a few milliseconds (a shorter limit drops their spans).
+pub const MAX_GAP: Duration = Duration::from_millis(10);
 /// Memory reads per sample, at most.
 pub const BUDGET: u32 = 64;
 /// Memory reads to find the variable, at most.
