@@ -26,11 +26,12 @@
 //! so does one not stopped whose read took over [`MAX_GAP`] (the sampler preempted):
 //! a freed HAMT's memory is soon reused for the next one of the same size,
 //! and enough time lets the thread reach a state that reads the same.
-//! Until the module is found, `sys.modules` is looked into again when its
-//! size changed (checked every [`POLL`], one read), else every [`RETRY`]; a layout
+//! Until the module is found, `sys.modules`' new keys are looked at when its
+//! size changed (checked every [`POLL`], two reads), all of them every
+//! [`RETRY`]; a layout
 //! not recognised is said once ([`Spans::note`]) and not looked at again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,8 @@ pub const MAX_GAP: Duration = Duration::from_millis(10);
 pub const BUDGET: u32 = 64;
 /// Memory reads to find the variable, at most.
 const FIND_BUDGET: u32 = 8192;
+/// Keys of `sys.modules` remembered as not OTel's, at most.
+const MAX_SEEN: usize = 16384;
 /// Local roots remembered (trace ids); the map is emptied when full.
 const MAX_ROOTS: usize = 4096;
 /// The prefix of the OTel `Context` key of the current span.
@@ -140,6 +143,9 @@ pub struct Spans {
     span_context_class: Option<u64>,
     /// Local root span id by trace id.
     roots: HashMap<u128, u64>,
+    /// Keys of `sys.modules` seen not to be `opentelemetry.context` (see
+    /// [`Spans::otel_module`]); emptied at every full look.
+    not_otel: HashSet<u64>,
     /// A line for the user, once: why spans cannot be read.
     pub note: Option<String>,
     /// Values of the variable that were not an OTel `Context`.
@@ -157,6 +163,7 @@ impl Default for Spans {
             context_class: None,
             span_context_class: None,
             roots: HashMap::new(),
+            not_otel: HashSet::new(),
             note: None,
             strikes: 0,
             stats: SpanStats::default(),
@@ -193,7 +200,7 @@ impl Spans {
                     self.search = Search::Looked { checked: Instant::now(), looked, modules };
                     return None;
                 }
-                self.find_var(t, now_modules);
+                self.find_var(t, now_modules, looked);
                 match self.search {
                     Search::Found(v) => v,
                     _ => return None,
@@ -228,16 +235,17 @@ impl Spans {
     }
 
     /// Finds `opentelemetry.context._RUNTIME_CONTEXT._current_context`
-    /// (`sys.modules` has `modules` entries).
-    fn find_var(&mut self, t: &Target, modules: u64) {
+    /// (`sys.modules` has `modules` entries); every key of `sys.modules` is
+    /// looked at if the last full look, at `looked`, was [`RETRY`] ago.
+    fn find_var(&mut self, t: &Target, modules: u64, looked: Instant) {
         let now = Instant::now();
-        self.search = Search::Looked { checked: now, looked: now, modules };
+        let full = looked.elapsed() >= RETRY;
+        let looked = if full { now } else { looked };
+        self.search = Search::Looked { checked: now, looked, modules };
         let Ok(interp) = t.interp_head() else { return };
         let r = Reader::new(t, FIND_BUDGET);
+        let Some(module) = self.otel_module(&r, interp, full) else { return };
         let h = &mut self.hints;
-        let Ok(Some(module)) = r.sys_module(interp, "opentelemetry.context", &mut h.module, &mut h.modules) else {
-            return;
-        };
         // The module is in `sys.modules` while its body runs: until it has
         // made its runtime context, it is looked at again at the next poll.
         let runtime = match r.module_global(module, "_RUNTIME_CONTEXT", &mut h.runtime) {
@@ -265,6 +273,34 @@ impl Spans {
                 self.unrecognised(why);
             }
         }
+    }
+
+    /// `sys.modules["opentelemetry.context"]` in interpreter `interp`,
+    /// checking only the keys not seen before (a program importing many
+    /// modules at start-up is not scanned whole at every poll); `full`:
+    /// every key, and the `sys` dict's `modules` if the interpreter's
+    /// cannot be read.
+    fn otel_module(&mut self, r: &Reader, interp: u64, full: bool) -> Option<u64> {
+        if full {
+            self.not_otel.clear();
+        }
+        let o = r.target().layout.objects;
+        let Ok(entries) = r.u64(interp + o.interp_modules).and_then(|m| r.dict(m)) else {
+            let h = &mut self.hints;
+            return r.sys_module(interp, "opentelemetry.context", &mut h.module, &mut h.modules).ok().flatten();
+        };
+        for (k, v) in entries {
+            if self.not_otel.contains(&k) {
+                continue;
+            }
+            if r.str_is(k, "opentelemetry.context") {
+                return Some(v);
+            }
+            if self.not_otel.len() < MAX_SEEN {
+                self.not_otel.insert(k);
+            }
+        }
+        None
     }
 
     /// Is `ty` the class `name` with `flag` set? Remembered in `slot` once so.
