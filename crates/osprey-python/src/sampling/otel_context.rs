@@ -23,13 +23,15 @@
 //! The context's variables are read before the stack too: a thread that
 //! set or reset one during the stack read gets no span
 //! ([`SpanStats::changed`]), as it may not be the span the stack ran in;
-//! so does one not stopped whose read took over [`MAX_GAP`] (the sampler preempted):
-//! a freed HAMT's memory is soon reused for the next one of the same size,
-//! and enough time lets the thread reach a state that reads the same.
-//! Until the module is found, `sys.modules`' new keys are looked at when its
-//! size changed (checked every [`POLL`], two reads), all of them every
-//! [`RETRY`]; a layout
-//! not recognised is said once ([`Spans::note`]) and not looked at again.
+//! so does one not stopped whose read took over [`MAX_GAP`] (the sampler
+//! preempted): a freed HAMT's memory is soon reused for the next one of the
+//! same size, and enough time lets the thread reach a state that reads the
+//! same. What does not change is kept for the process, not per thread (the
+//! variable, the key objects, the verified classes): every thread shares
+//! them. Until the module is found, `sys.modules`' new keys are looked at
+//! when its size changed (checked every [`POLL`], two reads), all of them
+//! every [`RETRY`]; a layout not recognised is said once ([`Spans::note`])
+//! and not looked at again.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
