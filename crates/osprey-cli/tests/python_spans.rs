@@ -26,7 +26,7 @@ fn check(name: &str, py: &Py, out: &Path, used_file: &str) {
     let profiles = read_profiles(out);
     let _ = std::fs::remove_dir_all(out);
     let host = py.host_path(used_file);
-    check_spans(name, &profiles, &host, 3);
+    check_spans(name, &profiles, &host, Some(3));
     let _ = std::fs::remove_file(&host);
 }
 

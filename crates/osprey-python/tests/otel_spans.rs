@@ -68,6 +68,17 @@ fn cost(name: &str, pid: i32) {
     assert!(reads <= 40.0, "{name}: {reads} reads per lookup");
 }
 
+/// The profiles as pprof files read back.
+fn as_pprof(tag: &str, data: &[osprey_pprof::ProfileData]) -> Vec<osprey_pprof::pprof::Profile> {
+    let dir = osprey_testkit::tempdir(&format!("spans-{tag}"));
+    for d in data {
+        osprey_pprof::write_profile(&dir, d).unwrap();
+    }
+    let profiles = read_profiles(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    profiles
+}
+
 fn spans(name: &str) {
     let Some(py) = common::python(name) else { return };
     let Some(sdk) = osprey_testkit::python::otel_sdk(&py, name) else { return };
@@ -80,17 +91,36 @@ fn spans(name: &str) {
     let stop = AtomicBool::new(false);
     let (data, summary) = common::collect(w.pid(), &common::options(100, None), &stop);
     drop(w);
-    let dir = osprey_testkit::tempdir(&format!("spans-{name}"));
-    for d in &data {
-        osprey_pprof::write_profile(&dir, d).unwrap();
-    }
-    let profiles = read_profiles(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
+    let profiles = as_pprof(name, &data);
     let used_file = py.host_path(&out);
     eprintln!("{name}: span reads {:?}; warnings {:?}", summary.spans, summary.warnings);
-    check_spans(name, &profiles, &used_file, 3);
+    check_spans(name, &profiles, &used_file, Some(3));
     let _ = std::fs::remove_file(&used_file);
     assert!(summary.spans.torn * 100 <= summary.spans.lookups, "{name}: torn reads {:?}", summary.spans);
+}
+
+/// A WSGI app instrumented by `opentelemetry-instrumentation-wsgi` on a
+/// threading wsgiref server (`py/otel_wsgi.py`), three clients sending
+/// requests with remote parents: the samples of each request's thread carry
+/// its server span, whose local root is itself (its parent is remote).
+#[test]
+fn wsgi_server() {
+    let name = "3.12";
+    let Some(py) = common::python(name) else { return };
+    let Some(pkgs) = osprey_testkit::python::otel_sdk_wsgi(&py, name) else { return };
+    let _slots = common::slots(2);
+    let out = py.scratch("wsgi");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/otel_wsgi.py");
+    let w = py.start_script_env(&script, &[&out, "3", "5"], &[("PYTHONPATH", &pkgs)]);
+    let stop = AtomicBool::new(false);
+    let (data, summary) = common::collect(w.pid(), &common::options(100, None), &stop);
+    drop(w);
+    let profiles = as_pprof(name, &data);
+    let used_file = py.host_path(&out);
+    eprintln!("wsgi: span reads {:?}; warnings {:?}", summary.spans, summary.warnings);
+    // A thread per request: as many threads as requests.
+    check_spans("wsgi", &profiles, &used_file, None);
+    let _ = std::fs::remove_file(&used_file);
 }
 
 /// An `opentelemetry.context` whose runtime context is not a `ContextVar`

@@ -59,12 +59,12 @@ pub struct Tally {
 
 /// Where a stack (leaf first) burns: "root", "child" or "outside" when it
 /// is `burn` (and its generator) under `in_root`, `in_child` or `outside`
-/// under `worker`. Other stacks, torn ones included (3.8 and 3.9 reuse
+/// under `worker` (a function or a method). Other stacks, torn ones included (3.8 and 3.9 reuse
 /// frame objects: a rare read mixes two calls' frames), say nothing here.
 fn work(names: &[&str]) -> Option<&'static str> {
     // 3.11+ name the generator by its qualified name, `burn.<locals>.<genexpr>`.
     let at = names.iter().position(|n| *n != "burn" && !n.ends_with("<genexpr>"))?;
-    if at == 0 || names.get(at + 1) != Some(&"worker") {
+    if at == 0 || !names.get(at + 1).is_some_and(|n| *n == "worker" || n.ends_with(".worker")) {
         return None;
     }
     match names[at] {
@@ -125,7 +125,7 @@ pub fn tally(profiles: &[Profile], used: &UsedSpans) -> Tally {
 }
 
 /// Fails the test unless the samples of `profiles`, against the spans the
-/// program wrote to `used_file` (`threads` threads), show: at least 90% of
+/// program wrote to `used_file` (by `threads` threads, if given), show: at least 90% of
 /// the CPU samples in spans with the span their thread ran in, its trace
 /// and (90% of those) its local root; no ids a thread never used; at most
 /// 2% of the samples outside spans with a span (seen on 3.8 only, about 1
@@ -133,11 +133,13 @@ pub fn tally(profiles: &[Profile], used: &UsedSpans) -> Tally {
 /// while the thread was, before and after, in the next root span; or a
 /// change and back during the read leaving the same HAMT address and
 /// size). Returns the tally.
-pub fn check_spans(name: &str, profiles: &[Profile], used_file: &Path, threads: usize) -> Tally {
+pub fn check_spans(name: &str, profiles: &[Profile], used_file: &Path, threads: Option<usize>) -> Tally {
     let used = read_used(used_file);
     let t = tally(profiles, &used);
     eprintln!("{name}: {t:?}");
-    assert_eq!(used.len(), threads, "{name}: threads that wrote spans");
+    if let Some(n) = threads {
+        assert_eq!(used.len(), n, "{name}: threads that wrote spans");
+    }
     assert!(t.in_span >= 60, "{name}: {} samples in spans", t.in_span);
     assert!(t.right as f64 >= 0.9 * t.in_span as f64, "{name}: samples in spans with their span: {t:?}");
     assert!(t.right_root as f64 >= 0.9 * t.right as f64, "{name}: local roots {t:?}");

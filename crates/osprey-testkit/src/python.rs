@@ -376,16 +376,33 @@ pub fn otel_sdk_version(minor: u32) -> &'static str {
 /// Python), then copied into the chroot. If it cannot be installed: None (skip) with
 /// OSPREY_SKIP_MISSING_PYTHON=1, else the test fails.
 pub fn otel_sdk(py: &Py, name: &str) -> Option<String> {
+    otel_install(py, name, "", &[])
+}
+
+/// [`otel_sdk`] with `opentelemetry-instrumentation-wsgi` (0.66b2, the
+/// release of SDK 1.45.2: 3.10+), in `<target>/otel-py/<name>-wsgi`.
+pub fn otel_sdk_wsgi(py: &Py, name: &str) -> Option<String> {
+    otel_install(py, name, "-wsgi", &["opentelemetry-instrumentation-wsgi==0.66b2"])
+}
+
+/// Installs the SDK and the packages `extra` (pinned `name==version`) into
+/// `<target>/otel-py/<name><suffix>`, see [`otel_sdk`].
+fn otel_install(py: &Py, name: &str, suffix: &str, extra: &[&str]) -> Option<String> {
     let version = name.trim_start_matches("forky-").trim_start_matches("debian-").trim_end_matches("-pidns");
     let version = version.trim_end_matches('t');
     let minor: u32 = version.strip_prefix("3.").and_then(|m| m.parse().ok()).expect("a 3.x interpreter name");
-    let sdk = otel_sdk_version(minor);
-    let key = name.trim_end_matches("-pidns");
-    let dir = crate::paths::target_dir().join("otel-py").join(key);
-    let stamp = dir.join(format!("opentelemetry_sdk-{sdk}.dist-info"));
+    let sdk = format!("opentelemetry-sdk=={}", otel_sdk_version(minor));
+    let key = format!("{}{suffix}", name.trim_end_matches("-pidns"));
+    let dir = crate::paths::target_dir().join("otel-py").join(&key);
+    let wanted: Vec<&str> = std::iter::once(sdk.as_str()).chain(extra.iter().copied()).collect();
+    // pip's record of each: `name_with_underscores-version.dist-info`.
+    let installed = |req: &str| {
+        let (n, v) = req.split_once("==").expect("a pinned requirement");
+        dir.join(format!("{}-{v}.dist-info", n.replace('-', "_"))).exists()
+    };
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _held = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !stamp.exists() {
+    if !wanted.iter().all(|r| installed(r)) {
         let own = py.root.is_none()
             && Command::new(&py.host_exe).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success());
         let mut pip = Command::new(if own { py.host_exe.as_os_str() } else { "python3".as_ref() });
@@ -393,22 +410,22 @@ pub fn otel_sdk(py: &Py, name: &str) -> Option<String> {
         if !own {
             pip.args(["--python-version", version, "--only-binary=:all:"]);
         }
-        let out = pip.arg(format!("opentelemetry-sdk=={sdk}")).output();
-        let ok = out.as_ref().is_ok_and(|o| o.status.success()) && stamp.exists();
+        let out = pip.args(&wanted).output();
+        let ok = out.as_ref().is_ok_and(|o| o.status.success()) && wanted.iter().all(|r| installed(r));
         if !ok {
             let why = match out {
                 Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
                 Err(e) => e.to_string(),
             };
             if std::env::var("OSPREY_SKIP_MISSING_PYTHON").as_deref() == Ok("1") {
-                eprintln!("skipping: opentelemetry-sdk {sdk} not installable for {name}: {why}");
+                eprintln!("skipping: {wanted:?} not installable for {name}: {why}");
                 return None;
             }
-            panic!("installing opentelemetry-sdk {sdk} for {name} into {} failed: {why}", dir.display());
+            panic!("installing {wanted:?} for {name} into {} failed: {why}", dir.display());
         }
     }
     let Some(root) = &py.root else { return Some(dir.to_string_lossy().into_owned()) };
-    let inner = format!("/tmp/osprey-otel-py-{key}-{sdk}");
+    let inner = format!("/tmp/osprey-otel-py-{key}-{}", otel_sdk_version(minor));
     let host = py.host_path(&inner);
     if !host.join("opentelemetry").exists() {
         let tmp = py.host_path(&format!("{inner}.{}", std::process::id()));
