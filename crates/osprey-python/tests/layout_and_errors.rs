@@ -124,6 +124,16 @@ fn check_layout(name: &str, minor: u32) {
             "objects.values_array" => l.objects.values_array,
             "objects.module_dict" => l.objects.module_dict,
             "objects.managed_dict" => l.objects.managed_dict,
+            "objects.dict_used" => l.objects.dict_used,
+            "objects.tstate_context" => l.objects.tstate_context,
+            "objects.context_vars" => l.objects.context_vars,
+            "objects.hamt_root" => l.objects.hamt_root,
+            "objects.hamt_count" => l.objects.hamt_count,
+            "objects.contextvar_name" => l.objects.contextvar_name,
+            "objects.contextvar_hash" => l.objects.contextvar_hash,
+            "objects.tuple_size" => l.objects.tuple_size,
+            "objects.tuple_items" => l.objects.tuple_items,
+            "objects.type_name" => l.objects.type_name,
             other => panic!("unknown key {other}"),
         };
         assert_eq!(ours, v, "{name}: {k}");

@@ -3,7 +3,8 @@
 //! copy: the built binaries ([`paths`]), unique temporary directories
 //! ([`tmp`]), C fixtures ([`cc`]), measured child runs and CPU clocks
 //! ([`run`]), reading profiles back ([`profile`]), CPython interpreters and
-//! [`per_interpreter!`] ([`python`]), loopback backends ([`backends`]),
+//! [`per_interpreter!`] ([`python`]), OpenTelemetry span labels checked
+//! against the spans a Python program used ([`otel`]), loopback backends ([`backends`]),
 //! the SIGPROF unwinding fixture of osprey-unwind ([`unwind`]), the
 //! `osprey` command run as a user does ([`cli`]) and the real tools that
 //! read its reports ([`readers`]).
@@ -14,6 +15,7 @@
 pub mod backends;
 pub mod cc;
 pub mod cli;
+pub mod otel;
 pub mod paths;
 pub mod profile;
 pub mod python;

@@ -128,11 +128,21 @@ impl Py {
     /// Starts `python SCRIPT args...` (`host_script` copied into the root)
     /// and waits for its "ready" line.
     pub fn start_script(&self, host_script: &Path, args: &[&str]) -> Workload {
+        self.start_script_env(host_script, args, &[])
+    }
+
+    /// [`Py::start_script`] with the variables `env` set.
+    pub fn start_script_env(&self, host_script: &Path, args: &[&str], env: &[(&str, &str)]) -> Workload {
         let script = self.script_at(host_script);
         let mut full = vec![script.as_str()];
         full.extend_from_slice(args);
-        let mut child =
-            self.command(&full).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn python");
+        let mut child = self
+            .command(&full)
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn python");
         let out = child.stdout.take().unwrap();
         let mut line = String::new();
         let mut r = BufReader::new(out);
@@ -345,4 +355,86 @@ macro_rules! per_interpreter {
             debian311 => "debian-3.11", forky313 => "forky-3.13", forky314 => "forky-3.14", forky315 => "forky-3.15",
             $($($m => $name),*)?);
     };
+}
+
+/// The `opentelemetry-sdk` release installed for 3.`minor`: the newest
+/// that still supports it (1.34 dropped 3.8, 1.42 dropped 3.9).
+pub fn otel_sdk_version(minor: u32) -> &'static str {
+    match minor {
+        ..=8 => "1.33.1",
+        9 => "1.41.1",
+        _ => "1.45.2",
+    }
+}
+
+/// A directory holding `opentelemetry-sdk` (PyPI, pinned by
+/// [`otel_sdk_version`]) for interpreter `name` (as [`python`] names it),
+/// as that interpreter sees it: put it on its `PYTHONPATH`. Installed with
+/// pip into `<target>/otel-py/<name>` (`.ci/run` does it beforehand), with
+/// the interpreter's own pip, or for a chroot's or one without pip (3.13t)
+/// the host's `python3` pip told the version (the packages are pure
+/// Python), then copied into the chroot. If it cannot be installed: None (skip) with
+/// OSPREY_SKIP_MISSING_PYTHON=1, else the test fails.
+pub fn otel_sdk(py: &Py, name: &str) -> Option<String> {
+    otel_install(py, name, "", &[])
+}
+
+/// [`otel_sdk`] with `opentelemetry-instrumentation-wsgi` (0.66b2, the
+/// release of SDK 1.45.2: 3.10+), in `<target>/otel-py/<name>-wsgi`.
+pub fn otel_sdk_wsgi(py: &Py, name: &str) -> Option<String> {
+    otel_install(py, name, "-wsgi", &["opentelemetry-instrumentation-wsgi==0.66b2"])
+}
+
+/// Installs the SDK and the packages `extra` (pinned `name==version`) into
+/// `<target>/otel-py/<name><suffix>`, see [`otel_sdk`].
+fn otel_install(py: &Py, name: &str, suffix: &str, extra: &[&str]) -> Option<String> {
+    let version = name.trim_start_matches("forky-").trim_start_matches("debian-").trim_end_matches("-pidns");
+    let version = version.trim_end_matches('t');
+    let minor: u32 = version.strip_prefix("3.").and_then(|m| m.parse().ok()).expect("a 3.x interpreter name");
+    let sdk = format!("opentelemetry-sdk=={}", otel_sdk_version(minor));
+    let key = format!("{}{suffix}", name.trim_end_matches("-pidns"));
+    let dir = crate::paths::target_dir().join("otel-py").join(&key);
+    let wanted: Vec<&str> = std::iter::once(sdk.as_str()).chain(extra.iter().copied()).collect();
+    // pip's record of each: `name_with_underscores-version.dist-info`.
+    let installed = |req: &str| {
+        let (n, v) = req.split_once("==").expect("a pinned requirement");
+        dir.join(format!("{}-{v}.dist-info", n.replace('-', "_"))).exists()
+    };
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _held = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !wanted.iter().all(|r| installed(r)) {
+        let own = py.root.is_none()
+            && Command::new(&py.host_exe).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success());
+        let mut pip = Command::new(if own { py.host_exe.as_os_str() } else { "python3".as_ref() });
+        pip.args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "--target"]).arg(&dir);
+        if !own {
+            pip.args(["--python-version", version, "--only-binary=:all:"]);
+        }
+        let out = pip.args(&wanted).output();
+        let ok = out.as_ref().is_ok_and(|o| o.status.success()) && wanted.iter().all(|r| installed(r));
+        if !ok {
+            let why = match out {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+                Err(e) => e.to_string(),
+            };
+            if std::env::var("OSPREY_SKIP_MISSING_PYTHON").as_deref() == Ok("1") {
+                eprintln!("skipping: {wanted:?} not installable for {name}: {why}");
+                return None;
+            }
+            panic!("installing {wanted:?} for {name} into {} failed: {why}", dir.display());
+        }
+    }
+    let Some(root) = &py.root else { return Some(dir.to_string_lossy().into_owned()) };
+    let inner = format!("/tmp/osprey-otel-py-{key}-{}", otel_sdk_version(minor));
+    let host = py.host_path(&inner);
+    if !host.join("opentelemetry").exists() {
+        let tmp = py.host_path(&format!("{inner}.{}", std::process::id()));
+        let st = Command::new("cp").arg("-r").arg(&dir).arg(&tmp).status().expect("cp");
+        assert!(st.success(), "copying {} into {}", dir.display(), root.display());
+        if std::fs::rename(&tmp, &host).is_err() {
+            // Another test copied it first.
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+    }
+    Some(inner)
 }

@@ -584,6 +584,8 @@ impl DebugOffsets {
         set(&mut o.heap_type_cached_keys, "heap_type_object.ht_cached_keys", 8);
         set(&mut o.long_size, "long_object.lv_tag", 8);
         set(&mut o.long_digits, "long_object.ob_digit", 4);
+        set(&mut o.tuple_size, "tuple_object.ob_size", 8);
+        set(&mut o.tuple_items, "tuple_object.ob_item", 8);
     }
 }
 

@@ -1,5 +1,6 @@
-//! Layouts of the general objects the thread-name lookup reads
-//! (`sys.modules`, modules, `dict`s, instance attributes, `int`s), per
+//! Layouts of the general objects the thread-name and span lookups read
+//! (`sys.modules`, modules, `dict`s, instance attributes, `int`s, tuples,
+//! `contextvars` contexts and their HAMTs), per
 //! minor version, x86-64. 3.8–3.12: tables computed with `offsetof`
 //! against each version's headers (`tests/layout_and_errors.rs` recomputes
 //! them); 3.13+: the table, overridden by what `_Py_DebugOffsets`
@@ -60,6 +61,8 @@ pub struct ObjectLayout {
     pub interp_sysdict: u64,
     /// `md_dict` in `PyModuleObject` (right after the object header).
     pub module_dict: u64,
+    /// `ma_used` (the number of entries) in `PyDictObject`.
+    pub dict_used: u64,
     /// `ma_keys` in `PyDictObject`.
     pub dict_keys: u64,
     /// `ma_values` in `PyDictObject` (NULL for a combined table).
@@ -89,6 +92,24 @@ pub struct ObjectLayout {
     pub long_size: u64,
     /// `ob_digit` (30-bit digits in `uint32_t`s) in `PyLongObject`.
     pub long_digits: u64,
+    /// `context` (the current `contextvars.Context`, or NULL) in `PyThreadState`.
+    pub tstate_context: u64,
+    /// `ctx_vars` (the variables' HAMT) in `PyContext`.
+    pub context_vars: u64,
+    /// `h_root` (the root node) in `PyHamtObject`.
+    pub hamt_root: u64,
+    /// `h_count` (entries) in `PyHamtObject`.
+    pub hamt_count: u64,
+    /// `var_name` in `PyContextVar`.
+    pub contextvar_name: u64,
+    /// `var_hash` (what the HAMT is keyed by) in `PyContextVar`.
+    pub contextvar_hash: u64,
+    /// `ob_size` in `PyTupleObject`.
+    pub tuple_size: u64,
+    /// `ob_item` in `PyTupleObject` (3.14+: after the cached `ob_hash`).
+    pub tuple_items: u64,
+    /// `tp_name` (a C string) in `PyTypeObject`.
+    pub type_name: u64,
 }
 
 impl ObjectLayout {
@@ -109,6 +130,7 @@ impl ObjectLayout {
             interp_modules,
             interp_sysdict,
             module_dict: 16,
+            dict_used: 16,
             dict_keys: 32,
             dict_values: 40,
             keys: if minor <= 10 { DictKeys::Sized } else { DictKeys::Log2 },
@@ -127,6 +149,20 @@ impl ObjectLayout {
             long_header: if minor <= 11 { LongHeader::SignedSize } else { LongHeader::Tagged },
             long_size: 16,
             long_digits: 24,
+            tstate_context: match minor {
+                ..=10 => 240,
+                11 => 224,
+                12..=14 => 208,
+                _ => 232,
+            },
+            context_vars: 24,
+            hamt_root: 16,
+            hamt_count: 32,
+            contextvar_name: 16,
+            contextvar_hash: 56,
+            tuple_size: 16,
+            tuple_items: if minor <= 13 { 24 } else { 32 },
+            type_name: 24,
         }
     }
 
@@ -141,6 +177,7 @@ impl ObjectLayout {
         let grow = header.saturating_sub(16);
         for f in [
             &mut self.module_dict,
+            &mut self.dict_used,
             &mut self.dict_keys,
             &mut self.dict_values,
             &mut self.type_flags,
@@ -149,9 +186,19 @@ impl ObjectLayout {
             &mut self.heap_type_cached_keys,
             &mut self.long_size,
             &mut self.long_digits,
+            &mut self.context_vars,
+            &mut self.hamt_root,
+            &mut self.hamt_count,
+            &mut self.contextvar_name,
+            &mut self.tuple_size,
+            &mut self.tuple_items,
+            &mut self.type_name,
         ] {
             *f += grow;
         }
+        // No `var_cached*` fields without a GIL: the hash follows the name
+        // and the default.
+        self.contextvar_hash = self.contextvar_name + 16;
         self.managed_dict = 8;
         self
     }
@@ -178,5 +225,7 @@ mod tests {
         assert_eq!((ft.module_dict, ft.type_flags, ft.type_basicsize), (32, 184, 48));
         assert_eq!((ft.type_dictoffset, ft.heap_type_cached_keys, ft.managed_dict), (304, 896, 8));
         assert_eq!((ft.keys, ft.values_array), (DictKeys::Log2, 8));
+        // PyContext.ctx_vars, PyContextVar.var_hash, PyTupleObject.ob_item.
+        assert_eq!((ft.context_vars, ft.contextvar_hash, ft.tuple_items, ft.tstate_context), (40, 48, 40, 208));
     }
 }

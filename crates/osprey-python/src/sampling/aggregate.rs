@@ -25,7 +25,8 @@ type Key = (Vec<Frame>, Vec<Label>);
 /// what the process CPU clock advanced beyond the exact threads. Every
 /// sample carries `thread id`, `thread name` (the Python name where known,
 /// else the OS name; see [`crate::sampling::thread_names`]), `state` and `process`
-/// labels, and an asyncio task's a `task` label.
+/// labels, an asyncio task's a `task` label, and one in an OpenTelemetry
+/// span `trace id`, `span id` and `local root span id`.
 pub struct Aggregator {
     pid: i32,
     interval_ns: i64,
@@ -116,6 +117,17 @@ impl Aggregator {
             }
             if let Some(t) = &s.task {
                 labels.push(Label { key: "task".into(), value: LabelValue::Str(t.clone()) });
+            }
+            if let Some(span) = &s.span {
+                // The keys and formats of native samples' span labels; the
+                // trace id as W3C writes it: 32 lowercase hex digits.
+                labels
+                    .push(Label { key: "trace id".into(), value: LabelValue::Str(format!("{:032x}", span.trace_id)) });
+                labels.push(Label { key: "span id".into(), value: LabelValue::Num(span.span_id as i64) });
+                labels.push(Label {
+                    key: "local root span id".into(),
+                    value: LabelValue::Num(span.local_root_span_id as i64),
+                });
             }
             if let Some(why) = s.truncated {
                 self.truncated += 1;
@@ -243,6 +255,7 @@ mod tests {
             thread_cpu,
             gil_wait_ns: 0,
             task: None,
+            span: None,
         }
     }
 

@@ -1,12 +1,14 @@
 //! Sampling: the periodic pass over every thread of the target, what labels
 //! each sample (thread state, GIL waits, garbage collection, asyncio task,
-//! Python thread name, native frames), and the profiles they add up to.
+//! OpenTelemetry span, Python thread name, native frames), and the profiles
+//! they add up to.
 
 pub(crate) mod aggregate;
 pub mod asyncio;
 pub(crate) mod gc;
 pub(crate) mod gilwait;
 pub mod native;
+pub mod otel_context;
 pub(crate) mod sampler;
 pub(crate) mod session;
 pub mod thread_names;

@@ -40,6 +40,8 @@ pub struct ThreadSample {
     pub gil_wait_ns: i64,
     /// The asyncio task the thread runs (3.14+, see [`crate::sampling::asyncio`]).
     pub task: Option<String>,
+    /// The OpenTelemetry span the thread is in (see [`crate::sampling::otel_context`]).
+    pub span: Option<crate::sampling::otel_context::SpanIds>,
 }
 
 #[derive(Default, Clone, Debug)]
@@ -87,6 +89,8 @@ pub struct Sampler {
     tasks: crate::sampling::asyncio::Tasks,
     /// Python thread names (`threading`), refreshed about once a second.
     pub names: crate::sampling::thread_names::ThreadNames,
+    /// OpenTelemetry spans, read with each stack.
+    pub spans: crate::sampling::otel_context::Spans,
     /// Mixed native and Python stacks (`--native`), when enabled.
     pub native: Option<crate::sampling::native::Native>,
     /// Stop each running thread for the moment of its read (`--blocking`,
@@ -175,6 +179,7 @@ impl Sampler {
             gil_waits: Default::default(),
             tasks: Default::default(),
             names: Default::default(),
+            spans: Default::default(),
             native: None,
             blocking: false,
             stop_failed: 0,
@@ -327,8 +332,11 @@ impl Sampler {
             // the innermost frames were read (first), or, if none ran then,
             // the one that started during the read.
             let task_before = self.tasks.running(&self.target, tstate);
+            let span_mark = self.spans.mark(&self.target, tstate, was_stopped);
             let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, was_stopped);
             let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
+            // The span it ran in, if the same before and after the stack.
+            let span = self.spans.read(&self.target, tstate, span_mark);
             drop(stopped);
             let t2 = Instant::now();
             let after = clock.as_ref().and_then(|c| c.read().ok());
@@ -415,6 +423,7 @@ impl Sampler {
                 thread_cpu: after.map(|a| a + self.backfill.get(&tid).copied().unwrap_or(0)),
                 gil_wait_ns,
                 task,
+                span,
             });
         }
         self.last_pass = Some(now);

@@ -87,6 +87,8 @@ pub struct Summary {
     pub warnings: Vec<String>,
     /// How `--native` merges went.
     pub native: Option<native::NativeStats>,
+    /// What reading OpenTelemetry spans did.
+    pub spans: super::otel_context::SpanStats,
 }
 
 /// Samples `pid` until `stop`, `opts.duration` or the process exits,
@@ -199,6 +201,10 @@ pub fn attach_with_sink(
         ));
     }
     summary.native = sampler.native.as_ref().map(|n| n.stats);
+    summary.spans = sampler.spans.stats.clone();
+    if let Some(n) = &sampler.spans.note {
+        summary.warnings.push(n.clone());
+    }
     if let Some(e) = &sampler.last_stop_error {
         summary.warnings.push(format!(
             "{} reads without stopping the thread (it could not be stopped; last: {e})",

@@ -175,21 +175,10 @@ impl ThreadNames {
 
     /// The address of `threading._active` in interpreter `interp`.
     fn active_dict(&mut self, r: &Reader, interp: u64) -> io::Result<Option<u64>> {
-        let o = r.target().layout.objects;
         let h = &mut self.hints;
-        let mut module = None;
-        if let Ok(modules) = r.u64(interp + o.interp_modules).and_then(|m| r.dict(m)) {
-            module = r.find(&modules, "threading", &mut h.threading);
-        }
-        if module.is_none() {
-            // `sys.modules` through the `sys` module's dict.
-            let sysdict = r.dict(r.u64(interp + o.interp_sysdict)?)?;
-            if let Some(m) = r.find(&sysdict, "modules", &mut h.modules) {
-                module = r.find(&r.dict(m)?, "threading", &mut h.threading);
-            }
-        }
-        let Some(module) = module else { return Ok(None) };
-        let globals = r.dict(r.u64(module + o.module_dict)?)?;
-        Ok(r.find(&globals, "_active", &mut h.active))
+        let Some(module) = r.sys_module(interp, "threading", &mut h.threading, &mut h.modules)? else {
+            return Ok(None);
+        };
+        r.module_global(module, "_active", &mut h.active)
     }
 }

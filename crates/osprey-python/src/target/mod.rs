@@ -2,6 +2,7 @@
 //! its version (read from the process), the structure layout, and the
 //! decoded thread-local access paths.
 
+pub(crate) mod contextvars;
 pub(crate) mod pyobject;
 pub mod thread_states;
 
@@ -65,6 +66,9 @@ const WANTED: &[&str] = &[
     "PyLong_Type",
     "PyUnicode_Type",
     "PyDict_Type",
+    "PyContext_Type",
+    "_Py_TrueStruct",
+    "_Py_NoneStruct",
 ];
 
 /// An attached CPython process: its libpython (or executable) module, version, structure layout and the addresses needed to find thread states.
@@ -100,6 +104,13 @@ pub struct Target {
     pub unicode_type: Option<u64>,
     /// See `unicode_type`.
     pub dict_type: Option<u64>,
+    /// `PyContext_Type`: what a thread state's `context` must be an instance
+    /// of for its variables to be read (unchecked where unknown).
+    pub context_type: Option<u64>,
+    /// `Py_True` (`_Py_TrueStruct`) and `Py_None` (`_Py_NoneStruct`), where known.
+    pub true_obj: Option<u64>,
+    /// See `true_obj`.
+    pub none_obj: Option<u64>,
     /// The layout came from the interpreter's `_Py_DebugOffsets` (3.13+).
     pub debug_offsets: bool,
     /// Things the user should know, one line each (e.g. an interpreter
@@ -352,6 +363,8 @@ impl Target {
         let init_cleanup = module.sym("_Py_InitCleanup");
         let long_type = module.sym("PyLong_Type");
         let (unicode_type, dict_type) = (module.sym("PyUnicode_Type"), module.sym("PyDict_Type"));
+        let (context_type, true_obj) = (module.sym("PyContext_Type"), module.sym("_Py_TrueStruct"));
+        let none_obj = module.sym("_Py_NoneStruct");
         let other_pid_ns = !namespace::same_pid_ns(pid);
         let t = Target {
             pid,
@@ -370,6 +383,9 @@ impl Target {
             long_type,
             unicode_type,
             dict_type,
+            context_type,
+            true_obj,
+            none_obj,
             debug_offsets,
             notes,
             other_pid_ns,

@@ -1,7 +1,8 @@
 //! Reading general Python objects in the target, per the version's
-//! [`ObjectLayout`]: `str` (compact ASCII, latin-1, UCS-2, UCS-4), small
-//! non-negative `int`s, and `dict`s (combined and split tables, and the
-//! managed dicts and inline values of instances).
+//! [`ObjectLayout`]: `str` (compact ASCII, latin-1, UCS-2, UCS-4),
+//! non-negative `int`s up to 128 bits, tuples, types' names and flags,
+//! `dict`s (combined and split tables, the managed dicts and inline values
+//! of instances, and instances of `dict` subclasses), and modules.
 //!
 //! Invariants: the target runs while it is read, so nothing read is
 //! trusted. Every size is range-checked before it sizes a read; a [`Reader`]
@@ -26,6 +27,14 @@ pub enum Long {
 }
 /// Entries of a dict table read at most (a larger table is an error).
 pub const MAX_ENTRIES: u64 = 4096;
+/// `Py_TPFLAGS_TUPLE_SUBCLASS` (set on `tuple` and its subclasses).
+pub const TPFLAGS_TUPLE_SUBCLASS: u64 = 1 << 26;
+/// `Py_TPFLAGS_DICT_SUBCLASS` (set on `dict` and its subclasses).
+pub const TPFLAGS_DICT_SUBCLASS: u64 = 1 << 29;
+/// Items of a tuple a torn read could claim, at most.
+const MAX_TUPLE: u64 = 1 << 20;
+/// Bytes of a type's name read (a longer one is cut).
+const MAX_TYPE_NAME: usize = 64;
 
 fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
@@ -63,6 +72,11 @@ impl<'a> Reader<'a> {
         }
         self.reads.set(self.reads.get() + 1);
         self.t.mem.read_vec(addr, len)
+    }
+
+    /// `len` bytes at `addr`.
+    pub fn read_bytes(&self, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.read(addr, len)
     }
 
     /// The pointer-sized word at `addr`.
@@ -122,8 +136,23 @@ impl<'a> Reader<'a> {
     /// The non-negative `int` at `addr`, up to 60 bits (two digits: a
     /// thread ident, a pointer, fits).
     pub fn long(&self, addr: u64) -> io::Result<u64> {
+        let v = self.uint(addr, 2)?;
+        Ok(v as u64)
+    }
+
+    /// The non-negative `int` at `addr` (exactly an `int` where its type is
+    /// known) of at most `max_digits` 30-bit digits (5: 128 bits), below
+    /// 2^128. One read when the digits follow within what was read, else two.
+    pub fn uint(&self, addr: u64, max_digits: u64) -> io::Result<u128> {
         let o = &self.t.layout.objects;
-        let b = self.read(addr, (o.long_digits + 8) as usize)?;
+        let max_digits = max_digits.min(5);
+        let short = (o.long_digits + 8) as usize;
+        let full = (o.long_digits + 4 * max_digits) as usize;
+        // The wider read can cross into an unmapped page after a small int.
+        let mut b = match self.read(addr, full.max(short)) {
+            Ok(b) => b,
+            Err(_) => self.read(addr, short)?,
+        };
         if !self.type_is(&b, self.t.long_type) {
             return Err(bad("not an int"));
         }
@@ -134,18 +163,65 @@ impl<'a> Reader<'a> {
             LongHeader::Tagged if size & 3 == 2 => return Err(bad("negative int")),
             LongHeader::Tagged => size >> 3,
         };
-        if ndigits > 2 {
+        if ndigits > max_digits {
             return Err(bad("int too large"));
         }
-        let digit = |i: usize| (rd_u32(&b, o.long_digits as usize + 4 * i) & 0x3fff_ffff) as u64;
+        let need = (o.long_digits + 4 * ndigits) as usize;
+        if b.len() < need {
+            b = self.read(addr, need)?;
+        }
+        let digit = |i: usize| (rd_u32(&b, o.long_digits as usize + 4 * i) & 0x3fff_ffff) as u128;
+        let top = ndigits.checked_sub(1).map_or(0, |i| digit(i as usize));
+        // 4 full digits hold 120 bits: the fifth may hold 8 more.
+        if ndigits == 5 && top >> 8 != 0 {
+            return Err(bad("int too large"));
+        }
         Ok((0..ndigits as usize).map(|i| digit(i) << (30 * i)).sum())
+    }
+
+    /// The type of the object at `addr`.
+    pub fn type_of(&self, addr: u64) -> io::Result<u64> {
+        self.u64(addr + self.t.layout.object_type)
+    }
+
+    /// The name (`tp_name`, cut at [`MAX_TYPE_NAME`] bytes) and `tp_flags`
+    /// of the type at `ty`.
+    pub fn type_info(&self, ty: u64) -> io::Result<(String, u64)> {
+        let o = &self.t.layout.objects;
+        let b = self.read(ty, (o.type_flags.max(o.type_name) + 8) as usize)?;
+        let name = self.read(rd_u64(&b, o.type_name as usize), MAX_TYPE_NAME)?;
+        let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+        if !name.iter().all(|c| c.is_ascii_graphic()) {
+            return Err(bad("bad type name"));
+        }
+        Ok((String::from_utf8_lossy(name).into_owned(), rd_u64(&b, o.type_flags as usize)))
+    }
+
+    /// The type, length and first (up to `max`) items of the tuple (or
+    /// instance of a tuple subclass: the caller checks the type) at `addr`.
+    /// One read.
+    pub fn tuple(&self, addr: u64, max: usize) -> io::Result<(u64, u64, Vec<u64>)> {
+        let o = &self.t.layout.objects;
+        let b = self.read(addr, o.tuple_items as usize + 8 * max)?;
+        let len = rd_u64(&b, o.tuple_size as usize);
+        if len > MAX_TUPLE {
+            return Err(bad("torn tuple"));
+        }
+        let items = (0..(len as usize).min(max)).map(|i| rd_u64(&b, o.tuple_items as usize + 8 * i)).collect();
+        Ok((rd_u64(&b, self.t.layout.object_type as usize), len, items))
     }
 
     /// The live entries of the dict at `addr`.
     pub fn dict(&self, addr: u64) -> io::Result<Entries> {
+        self.dict_of(addr, self.t.dict_type)
+    }
+
+    /// The live entries of the dict at `addr`, an instance of `ty` (a type
+    /// the caller knows is `dict` or a subclass; unchecked if None).
+    pub fn dict_of(&self, addr: u64, ty: Option<u64>) -> io::Result<Entries> {
         let o = &self.t.layout.objects;
         let hdr = self.read(addr, (o.dict_keys.max(o.dict_values) + 8) as usize)?;
-        if !self.type_is(&hdr, self.t.dict_type) {
+        if !self.type_is(&hdr, ty) {
             return Err(bad("not a dict"));
         }
         let values = rd_u64(&hdr, o.dict_values as usize);
@@ -266,6 +342,30 @@ impl<'a> Reader<'a> {
                 self.table(cached()?, Some(values))
             }
         }
+    }
+
+    /// `sys.modules[name]` in interpreter `interp` (None: not imported),
+    /// from the interpreter's `modules`, else its `sys` module's dict.
+    /// `hint` is the key found last time for `name`, `modules` the one for
+    /// `"modules"` in the `sys` dict (see [`Reader::find`]).
+    pub fn sys_module(&self, interp: u64, name: &str, hint: &mut u64, modules: &mut u64) -> io::Result<Option<u64>> {
+        let o = self.t.layout.objects;
+        if let Ok(m) = self.u64(interp + o.interp_modules).and_then(|m| self.dict(m)) {
+            if let Some(module) = self.find(&m, name, hint) {
+                return Ok(Some(module));
+            }
+        }
+        let sysdict = self.dict(self.u64(interp + o.interp_sysdict)?)?;
+        match self.find(&sysdict, "modules", modules) {
+            Some(m) => Ok(self.find(&self.dict(m)?, name, hint)),
+            None => Ok(None),
+        }
+    }
+
+    /// The global `name` of module `module` (None: not defined).
+    pub fn module_global(&self, module: u64, name: &str, hint: &mut u64) -> io::Result<Option<u64>> {
+        let globals = self.dict(self.u64(module + self.t.layout.objects.module_dict)?)?;
+        Ok(self.find(&globals, name, hint))
     }
 
     /// The value of key `name` (an ASCII `str`) among `entries`. `hint` is

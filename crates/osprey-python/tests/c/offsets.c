@@ -27,6 +27,9 @@
 #include "internal/pycore_object.h"
 #endif
 
+#include "internal/pycore_context.h"
+#include "internal/pycore_hamt.h"
+
 #define P(name, val) printf("%s %ld\n", name, (long)(val))
 
 int main(void) {
@@ -131,5 +134,15 @@ int main(void) {
 #if PY_VERSION_HEX >= 0x030D0000
     P("objects.managed_dict", -MANAGED_DICT_OFFSET);
 #endif
+    P("objects.dict_used", offsetof(PyDictObject, ma_used));
+    P("objects.tstate_context", offsetof(PyThreadState, context));
+    P("objects.context_vars", offsetof(PyContext, ctx_vars));
+    P("objects.hamt_root", offsetof(PyHamtObject, h_root));
+    P("objects.hamt_count", offsetof(PyHamtObject, h_count));
+    P("objects.contextvar_name", offsetof(PyContextVar, var_name));
+    P("objects.contextvar_hash", offsetof(PyContextVar, var_hash));
+    P("objects.tuple_size", offsetof(PyVarObject, ob_size));
+    P("objects.tuple_items", offsetof(PyTupleObject, ob_item));
+    P("objects.type_name", offsetof(PyTypeObject, tp_name));
     return 0;
 }
