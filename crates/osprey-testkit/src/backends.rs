@@ -179,7 +179,7 @@ pub fn ok() -> Answer {
 }
 
 /// A profile of `stacks` distinct 3-deep Python-like stacks, `per` samples
-/// each, with thread, span and (if `timeline`) timestamp labels.
+/// each, with thread, span, trace and (if `timeline`) timestamp labels.
 pub fn profile(stacks: usize, per: i64, timeline: bool) -> ProfileData {
     let samples = (0..stacks)
         .map(|i| {
@@ -191,6 +191,10 @@ pub fn profile(stacks: usize, per: i64, timeline: bool) -> ProfileData {
             if i % 2 == 0 {
                 labels.push(Label { key: "span id".into(), value: LabelValue::Num(0x1234_5678 + i as i64) });
                 labels.push(Label { key: "local root span id".into(), value: LabelValue::Num(0x42) });
+                labels.push(Label {
+                    key: "trace id".into(),
+                    value: LabelValue::Str(format!("{:032x}", 0xabc0_0000u64 + i as u64)),
+                });
             }
             let mut s = Sample {
                 frames: vec![

@@ -11,9 +11,9 @@
 //!   (index 0 of every dictionary table is the zero value); stacks are
 //!   deduplicated into `stack_table`;
 //! - sample labels become attributes (`thread id` -> `thread.id`,
-//!   `thread name` -> `thread.name`, others as named); `span id` becomes the
-//!   sample's link (osprey knows span ids, not trace ids: the link's trace
-//!   id is all zeros), `local root span id` an attribute; the timeline's
+//!   `thread name` -> `thread.name`, others as named); `span id` and
+//!   `trace id` become the sample's link (a span without a known trace has
+//!   an all-zero trace id), `local root span id` an attribute; the timeline's
 //!   `end_timestamp_ns` the sample's `timestamps_unix_nano`;
 //! - resource attributes: `service.name`, `service.version`,
 //!   `deployment.environment.name`, `process.pid`, `host.name`, the
@@ -130,7 +130,7 @@ pub fn convert(
     let key_root = intern(&mut dict, "span.local_root_id");
     let mut stacks: HashMap<Vec<i32>, i32> = HashMap::new();
     let mut attrs: HashMap<(i32, Option<i64>, i64), i32> = HashMap::new();
-    let mut links: HashMap<i64, i32> = HashMap::new();
+    let mut links: HashMap<(i64, [u8; 16]), i32> = HashMap::new();
     struct Converted {
         stack: i32,
         attrs: Vec<i32>,
@@ -146,18 +146,30 @@ pub fn convert(
             next
         });
         let mut c = Converted { stack, attrs: vec![], link: 0, ts: vec![] };
+        // The W3C trace id of the sample's span: 32 hex digits, else zeros.
+        let trace = smp
+            .label
+            .iter()
+            .find(|l| p.string(l.key) == "trace id")
+            .and_then(|l| trace_bytes(p.string(l.str)))
+            .unwrap_or([0; 16]);
         for l in &smp.label {
             let key = p.string(l.key);
             if key == osprey_pprof::TIMESTAMP_LABEL {
                 c.ts.push(l.num as u64);
                 continue;
             }
+            if key == "trace id" {
+                continue;
+            }
             if key == "span id" {
                 if l.num != 0 {
                     let next = dict.link_table.len() as i32;
-                    c.link = *links.entry(l.num).or_insert_with(|| {
-                        dict.link_table
-                            .push(otel::Link { trace_id: vec![0; 16], span_id: (l.num as u64).to_be_bytes().to_vec() });
+                    c.link = *links.entry((l.num, trace)).or_insert_with(|| {
+                        dict.link_table.push(otel::Link {
+                            trace_id: trace.to_vec(),
+                            span_id: (l.num as u64).to_be_bytes().to_vec(),
+                        });
                         next
                     });
                 }
@@ -252,4 +264,10 @@ pub fn request(endpoint: &Endpoint, item: &Item, cfg: &UploadConfig, meta: &Meta
         headers,
         body: crate::gzip(&req.encode_to_vec()),
     })
+}
+
+/// A trace id written as W3C does (32 hex digits) as its 16 bytes.
+fn trace_bytes(hex: &str) -> Option<[u8; 16]> {
+    let v = u128::from_str_radix(hex, 16).ok().filter(|_| hex.len() == 32)?;
+    Some(v.to_be_bytes())
 }

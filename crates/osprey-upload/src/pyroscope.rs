@@ -10,9 +10,12 @@
 //!
 //! Pyroscope turns a pprof sample's string labels into series too, so the
 //! high-cardinality ones (`thread id`, `thread name`, `pid`, `span id`,
-//! `local root span id`, the timeline's `end_timestamp_ns`) are removed from
-//! the samples before sending; low-cardinality ones (CPython's `state`, the
-//! `process` name) stay, with their key made a valid label name.
+//! `local root span id`, `trace id`, the timeline's `end_timestamp_ns`) are
+//! removed from the samples before sending; low-cardinality ones (CPython's
+//! `state`, the `process` name) stay, with their key made a valid label
+//! name. The span becomes `span_id` (16 hex digits), the label Pyroscope's
+//! span profiles read (as `otel-profiling-go` writes it) and keep out of
+//! the series.
 
 use crate::config::{Endpoint, UploadConfig};
 use crate::http::Request;
@@ -27,6 +30,7 @@ pub const HIGH_CARDINALITY: &[&str] = &[
     "pid",
     "span id",
     "local root span id",
+    "trace id",
     "trace endpoint",
     osprey_pprof::TIMESTAMP_LABEL,
 ];
@@ -71,8 +75,22 @@ fn query_escape(s: &str) -> String {
     o
 }
 
-/// The profile without high-cardinality labels, other label keys sanitized.
+/// The profile without high-cardinality labels, its spans as `span_id`,
+/// other label keys sanitized.
 pub fn strip_labels(p: &mut Profile) {
+    let span = (0..p.string_table.len() as i64).find(|&i| p.string(i) == "span id");
+    if let Some(span) = span {
+        p.string_table.push("span_id".into());
+        let key = p.string_table.len() as i64 - 1;
+        for i in 0..p.sample.len() {
+            let id = p.sample[i].label.iter().find(|l| l.key == span && l.num != 0).map(|l| l.num as u64);
+            if let Some(id) = id {
+                p.string_table.push(format!("{id:016x}"));
+                let str = p.string_table.len() as i64 - 1;
+                p.sample[i].label.push(osprey_pprof::pprof::Label { key, str, ..Default::default() });
+            }
+        }
+    }
     let drop: Vec<i64> =
         (0..p.string_table.len() as i64).filter(|&i| HIGH_CARDINALITY.contains(&p.string(i))).collect();
     for s in &mut p.sample {

@@ -76,6 +76,10 @@ fn the_official_classes_decode_what_is_sent() {
     let links = p["links"].as_array().unwrap();
     assert_eq!(links.len(), 13);
     assert!(links.iter().any(|l| l == "0000000012345678"));
+    // Each link carries its span's W3C trace id (the `trace id` label).
+    let traced = p["link_traces"].as_array().unwrap();
+    assert!(traced.iter().any(|l| l == "000000000000000000000000abc00000/0000000012345678"), "{traced:?}");
+    assert!(traced.iter().all(|l| !l.as_str().unwrap().starts_with(&"0".repeat(32))), "{traced:?}");
     let funcs: Vec<&str> = p["functions"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
     assert!(funcs.contains(&"leaf_3") && funcs.contains(&"main"));
     let attrs: Vec<&str> = p["attributes"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();

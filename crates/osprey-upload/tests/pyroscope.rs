@@ -43,5 +43,17 @@ fn ingest_gets_series_labels_and_a_pprof_without_high_cardinality_labels() {
     assert_eq!(p.sample.iter().map(|s| s.value[0]).sum::<i64>(), 60);
     let keys: std::collections::BTreeSet<&str> =
         p.sample.iter().flat_map(|s| s.label.iter().map(|l| p.string(l.key))).collect();
-    assert_eq!(keys.into_iter().collect::<Vec<_>>(), ["process", "state"], "only low-cardinality labels stay");
+    assert_eq!(
+        keys.into_iter().collect::<Vec<_>>(),
+        ["process", "span_id", "state"],
+        "only low-cardinality labels and the span stay"
+    );
+    // Spans as Pyroscope's span profiles name them: 16 hex digits.
+    let spans: std::collections::BTreeSet<&str> = p
+        .sample
+        .iter()
+        .flat_map(|s| s.label.iter().filter(|l| p.string(l.key) == "span_id").map(|l| p.string(l.str)))
+        .collect();
+    assert_eq!(spans.len(), 15, "{spans:?}");
+    assert!(spans.contains("0000000012345678"), "{spans:?}");
 }

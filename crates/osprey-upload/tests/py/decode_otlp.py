@@ -42,6 +42,8 @@ for rp in req.resource_profiles:
                 "timestamps": sum(len(s.timestamps_unix_nano) for s in p.samples),
                 "min_ts": min((t for s in p.samples for t in s.timestamps_unix_nano), default=0),
                 "links": sorted({d.link_table[s.link_index].span_id.hex() for s in p.samples if s.link_index}),
+                "link_traces": sorted({d.link_table[s.link_index].trace_id.hex() + "/" + d.link_table[s.link_index].span_id.hex()
+                                       for s in p.samples if s.link_index}),
                 "functions": sorted(funcs),
                 "attributes": sorted(attrs),
             })
