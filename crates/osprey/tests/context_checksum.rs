@@ -201,3 +201,33 @@ proptest! {
         prop_assert_eq!(a.read(), if want.is_empty() { None } else { Some(want) });
     }
 }
+
+/// A span switch hashes the tags from the record's cached term: after tags
+/// change by `store` or `store_tag`, every id switch still publishes the
+/// checksum a reader computes from the fields.
+#[test]
+fn id_switches_after_tag_changes_read_back() {
+    let r = ContextRecord::new();
+    let tags = [4, 0, 8, 0, 0, 0, 0, 0, 0, 0];
+    r.store(&snap(1, 2, tags), NO_VALUES);
+    for (slot, id) in [(1, 6), (0, 0), (9, 3), (2, 0), (1, 0), (9, 0)] {
+        r.store_tag(slot, id, NO_VALUES);
+        let want_tags = r.load().map_or([0; TAG_SLOTS], |s| s.tags);
+        assert_eq!(want_tags[slot], id);
+        for (trace, flags, span, root) in
+            [(0u128, 0u8, 7u64, 9u64), (0xabc << 64 | 5, 1, 11, 0), (0, 1, 0, 0), (0, 0, 0, 0)]
+        {
+            r.store_ids(trace, flags, span, root);
+            let want = ContextSnapshot {
+                trace_id: trace,
+                span_id: span,
+                local_root_span_id: root,
+                tags: want_tags,
+                trace_flags: flags,
+            };
+            let empty = span == 0 && root == 0 && trace == 0 && want_tags == [0; TAG_SLOTS];
+            assert_eq!(r.read(), (!empty).then_some(want), "slot {slot} = {id}, ids {trace:x}/{span}/{root}");
+        }
+        r.store_ids(0, 0, 1, 2);
+    }
+}

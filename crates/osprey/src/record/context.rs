@@ -85,6 +85,8 @@ const _: () = {
 /// - `checksum == 0` means "no context or write in progress"; otherwise it
 ///   equals [`checksum`] of the fields (span, root, the OTEP trace id and
 ///   flags, tags).
+/// - `tags_term` is always [`tags_term`] of `tags` (owner thread only, never
+///   read by a handler): a span switch then hashes no tag.
 #[repr(C, align(64))]
 pub struct ContextRecord {
     span_id: AtomicU64,
@@ -92,10 +94,11 @@ pub struct ContextRecord {
     checksum: AtomicU64,
     tags: [AtomicU32; TAG_SLOTS],
     otel: OtelRecord,
+    tags_term: AtomicU64,
 }
 
 const _: () = {
-    assert!(core::mem::size_of::<ContextRecord>() == 64 + 640);
+    assert!(core::mem::size_of::<ContextRecord>() == 64 + 640 + 64);
     assert!(core::mem::offset_of!(ContextRecord, local_root_span_id) == 8);
     assert!(core::mem::offset_of!(ContextRecord, checksum) == 16);
     assert!(core::mem::offset_of!(ContextRecord, tags) == 24);
@@ -222,6 +225,7 @@ impl ContextRecord {
                 attrs_size: AtomicU16::new(0),
                 attrs: [const { AtomicU8::new(0) }; OTEL_ATTRS_CAPACITY],
             },
+            tags_term: AtomicU64::new(0),
         }
     }
 
@@ -236,6 +240,7 @@ impl ContextRecord {
         for t in &self.tags {
             t.store(0, Relaxed);
         }
+        self.tags_term.store(0, Relaxed);
         self.otel.trace_id[0].store(0, Relaxed);
         self.otel.trace_id[1].store(0, Relaxed);
         self.otel.span_id.store(0, Relaxed);
@@ -319,6 +324,7 @@ impl ContextRecord {
             for (a, &v) in self.tags.iter().zip(&s.tags) {
                 a.store(v, Relaxed);
             }
+            self.tags_term.store(tags_term(&s.tags), Relaxed);
             self.encode_attrs(&s.tags, value);
         }
         self.publish(c);
@@ -328,9 +334,16 @@ impl ContextRecord {
     /// keeping the tags. Owner thread only.
     #[inline]
     pub fn store_ids(&self, trace_id: u128, trace_flags: u8, span_id: u64, local_root_span_id: u64) {
-        let c = checksum_of(span_id, local_root_span_id, trace_term(trace_id, trace_flags), trace_id != 0, |i| {
-            self.tags[i].load(Relaxed)
-        });
+        let c = if span_id | local_root_span_id != 0 || trace_id != 0 {
+            fold(
+                ids_term(span_id, local_root_span_id)
+                    ^ self.tags_term.load(Relaxed)
+                    ^ trace_term(trace_id, trace_flags),
+            )
+        } else {
+            // Clearing the ids: the record is empty if no tag is set either.
+            checksum_of(0, 0, trace_term(trace_id, trace_flags), false, |i| self.tags[i].load(Relaxed))
+        };
         self.begin();
         self.span_id.store(span_id, Relaxed);
         self.local_root_span_id.store(local_root_span_id, Relaxed);
@@ -352,6 +365,7 @@ impl ContextRecord {
         let c = if s.is_empty() { 0 } else { snapshot_checksum(&s) };
         self.begin();
         self.tags[slot].store(value_id, Relaxed);
+        self.tags_term.store(tags_term(&s.tags), Relaxed);
         self.encode_attrs(&s.tags, value);
         self.publish(c);
     }
