@@ -63,6 +63,9 @@ fn main() {
         println!("cargo:rerun-if-changed={}", workspace.join(f).display());
     }
     println!("cargo:rerun-if-changed=build.rs");
+    // Read by osprey-preload's build script (see `cargo xtask dist`): the
+    // nested build inherits it, but only reruns if this script does.
+    println!("cargo:rerun-if-env-changed=OSPREY_PORTABLE_AGENT");
 }
 
 fn var(name: &str) -> String {

@@ -28,18 +28,28 @@ fn main() {
     println!("cargo:rustc-link-lib=static:+whole-archive=osprey_exec_shim");
     let dir = std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
     println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={dir}/src/exec_shim.map");
+    // `OSPREY_PORTABLE_AGENT=1` (set by `cargo xtask dist`): a library for
+    // any glibc the release names, not only the build machine's, so neither
+    // of the two choices below that tie it to the build machine's glibc.
+    println!("cargo:rerun-if-env-changed=OSPREY_PORTABLE_AGENT");
+    let portable = std::env::var_os("OSPREY_PORTABLE_AGENT").is_some_and(|v| v != "0" && !v.is_empty());
     // Relative relocations packed (DT_RELR, glibc 2.36): a few KiB to read
-    // at load instead of 24 bytes for each of ~8000 pointers.
-    if linker_packs_relocs() {
+    // at load instead of 24 bytes for each of ~8000 pointers. An older
+    // loader refuses the library (GLIBC_ABI_DT_RELR not found).
+    if !portable && linker_packs_relocs() {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-z,pack-relative-relocs");
     }
     // The unwinder from libgcc_eh.a, linked in (its symbols stay local, see
     // the version scripts): libgcc_s.so.1 is then no longer needed (rustc
     // links with --as-needed), one library less to map and relocate, and
-    // its constructor's `cpuid`s (a VM exit each) no longer run.
-    if let Some(dir) = gcc_file_dir("libgcc_eh.a") {
-        println!("cargo:rustc-link-search=native={dir}");
-        println!("cargo:rustc-link-lib=static:+whole-archive,-bundle=gcc_eh");
+    // its constructor's `cpuid`s (a VM exit each) no longer run. Not when
+    // portable: libgcc built for glibc 2.35+ calls `_dl_find_object`
+    // (GLIBC_2.35), while the system's libgcc_s matches the system's glibc.
+    if !portable {
+        if let Some(dir) = gcc_file_dir("libgcc_eh.a") {
+            println!("cargo:rustc-link-search=native={dir}");
+            println!("cargo:rustc-link-lib=static:+whole-archive,-bundle=gcc_eh");
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! build, `cargo build --workspace`); else the copies embedded in this binary
 //! (see `build.rs`), written once per build to a private cache directory:
 //! `$XDG_CACHE_HOME/osprey`, `~/.cache/osprey`, or `/tmp/osprey-<uid>` without
-//! a home, in a subdirectory named after the libraries' content hash.
+//! a writable home, in a subdirectory named after the libraries' content hash.
 //!
 //! Invariant: a library handed to the loader is never at a path another user
 //! can change. Every directory from `/` to it is owned by us or root and not
@@ -68,25 +68,45 @@ pub fn locate(say: &dyn Fn(&str)) -> Result<AgentLibs, Failure> {
     Ok(AgentLibs { agent, alloc: Some(alloc) })
 }
 
-/// `$XDG_CACHE_HOME/osprey`, `$HOME/.cache/osprey`, or `/tmp/osprey-<uid>`;
-/// created private (0700) if missing, refused if another user can write it
-/// or any directory above it.
+/// `$XDG_CACHE_HOME/osprey`, `$HOME/.cache/osprey`, or `/tmp/osprey-<uid>`
+/// (no home, or one where `.cache/osprey` cannot be created: a container
+/// user whose home is `/`); created private (0700) if missing, refused if
+/// another user can write it or any directory above it.
 pub fn cache_dir() -> Result<PathBuf, Failure> {
     let absolute = |v: &str| std::env::var_os(v).map(PathBuf::from).filter(|p| p.is_absolute());
+    // SAFETY: a plain id query.
+    let tmp = || std::env::temp_dir().join(format!("osprey-{}", unsafe { libc::geteuid() }));
     let dir = if let Some(x) = absolute("XDG_CACHE_HOME") {
         x.join("osprey")
     } else if let Some(home) = absolute("HOME").filter(|h| h.is_dir()) {
-        home.join(".cache/osprey")
+        let dir = home.join(".cache/osprey");
+        match create(&dir) {
+            Ok(()) => dir,
+            Err(_) => tmp(),
+        }
     } else {
-        // SAFETY: a plain id query.
-        std::env::temp_dir().join(format!("osprey-{}", unsafe { libc::geteuid() }))
+        tmp()
     };
-    if let Some(parent) = dir.parent() {
-        // The parents (`~/.cache`) get the usual mode; osprey's own is 0700.
-        std::fs::DirBuilder::new().recursive(true).mode(0o755).create(parent).map_err(|e| cache_error(parent, e))?;
-    }
-    private_dir(&dir)?;
+    // Checked, and handed to the loader, as the path it resolves to: a link
+    // on the way (`~/.cache` on another disk) is no directory of its own.
+    let dir = create(&dir).and_then(|()| std::fs::canonicalize(&dir)).map_err(|e| {
+        let hint = if std::env::var_os("XDG_CACHE_HOME").is_some() { "" } else { " (set XDG_CACHE_HOME)" };
+        Failure::from(format!("cannot create the agent cache {}: {e}{hint}", dir.display()))
+    })?;
+    private_path(&dir).map_err(|why| Failure::from(format!("refusing the agent cache: {why}")))?;
     Ok(dir)
+}
+
+/// Creates `dir` (0700) and its missing parents (`~/.cache`: the usual
+/// 0755); an existing `dir` is left as it is, for the caller to check.
+fn create(dir: &Path) -> std::io::Result<()> {
+    if let Some(parent) = dir.parent() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o755).create(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
 }
 
 fn cache_error(dir: &Path, e: std::io::Error) -> Failure {
@@ -132,6 +152,8 @@ fn private_path(path: &Path) -> Result<(), String> {
 /// `dir/name` holding `bytes`: kept if it is ours, private and identical,
 /// else (re)written through a temporary file and a rename (atomic, so
 /// concurrent runs and a loader opening it meanwhile see a whole library).
+/// A file replaced is reported in one line once it is; a file that cannot
+/// be replaced is an error, in one line with the reason it had to be.
 fn cached(dir: &Path, name: &str, bytes: &[u8], say: &dyn Fn(&str)) -> Result<PathBuf, Failure> {
     let path = dir.join(name);
     let why = match std::fs::symlink_metadata(&path) {
@@ -143,9 +165,6 @@ fn cached(dir: &Path, name: &str, bytes: &[u8], say: &dyn Fn(&str)) -> Result<Pa
             Ok(()) => Some("its content is not this osprey's agent".to_string()),
         },
     };
-    if let Some(why) = why {
-        say(&format!("osprey: replacing {}: {why}", path.display()));
-    }
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
     let write = || -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
@@ -154,9 +173,15 @@ fn cached(dir: &Path, name: &str, bytes: &[u8], say: &dyn Fn(&str)) -> Result<Pa
         f.sync_all()?;
         std::fs::rename(&tmp, &path)
     };
-    write().map_err(|e| {
+    if let Err(e) = write() {
         let _ = std::fs::remove_file(&tmp);
-        Failure::from(format!("cannot write the agent library {}: {e}", path.display()))
-    })?;
+        return Err(Failure::from(match why {
+            Some(why) => format!("cannot replace the agent library {} ({why}): {e}", path.display()),
+            None => format!("cannot write the agent library {}: {e}", path.display()),
+        }));
+    }
+    if let Some(why) = why {
+        say(&format!("osprey: replaced {}: {why}", path.display()));
+    }
     Ok(path)
 }

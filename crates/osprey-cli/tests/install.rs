@@ -7,12 +7,15 @@ use osprey_testkit::paths::{demo, osprey, profile_dir};
 use osprey_testkit::profile::{expect_profiles, function_names};
 use osprey_testkit::tempdir;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// A directory holding only a copy of the `osprey` binary, and a cache
-/// directory for it.
+/// directory for it; removed on drop (a debug build is over 100 MB), but
+/// for the cache when the test failed.
 struct Lone {
+    dir: PathBuf,
     bin: PathBuf,
     cache: PathBuf,
 }
@@ -21,25 +24,51 @@ fn lone(tag: &str) -> Lone {
     let dir = tempdir(tag);
     std::fs::create_dir(dir.join("bin")).unwrap();
     let bin = dir.join("bin/osprey");
-    std::fs::copy(osprey(), &bin).unwrap();
-    Lone { bin, cache: dir.join("cache") }
+    // A hard link where it can be (no copy of a large file): run by its
+    // new name, the binary finds nothing beside it, as a copy would.
+    if std::fs::hard_link(osprey(), &bin).is_err() {
+        std::fs::copy(osprey(), &bin).unwrap();
+    }
+    Lone { cache: dir.join("cache"), dir, bin }
+}
+
+impl Drop for Lone {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.bin);
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 impl Lone {
+    /// The copied osprey with `args`, its cache in `XDG_CACHE_HOME`.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.args(args).env("XDG_CACHE_HOME", &self.cache);
+        c
+    }
+
     fn run(&self, args: &[&str]) -> Output {
-        Command::new(&self.bin).args(args).env("XDG_CACHE_HOME", &self.cache).output().expect("run the copied osprey")
+        self.command(args).output().expect("run the copied osprey")
     }
 
     /// The versioned directory the libraries are written to.
     fn agent_dir(&self) -> PathBuf {
-        let dirs: Vec<PathBuf> = std::fs::read_dir(self.cache.join("osprey"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("agent-"))
-            .collect();
-        assert_eq!(dirs.len(), 1, "one agent directory: {dirs:?}");
-        dirs[0].clone()
+        agent_dir(&self.cache.join("osprey"))
     }
+}
+
+/// The one `agent-<hash>` directory in the cache `dir`.
+fn agent_dir(dir: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("agent-"))
+        .collect();
+    assert_eq!(dirs.len(), 1, "one agent directory: {dirs:?}");
+    dirs[0].clone()
 }
 
 fn stderr(o: &Output) -> String {
@@ -48,11 +77,17 @@ fn stderr(o: &Output) -> String {
 
 /// `osprey exec --out DIR [flags] -- osprey-demo`, which must succeed; its stderr.
 fn profile_demo(l: &Lone, out: &Path, flags: &[&str]) -> String {
+    profile_demo_with(l, out, flags, &demo(), |_| {})
+}
+
+/// [`profile_demo`] of the demo at `demo`, the command first passed to `setup`.
+fn profile_demo_with(l: &Lone, out: &Path, flags: &[&str], demo: &Path, setup: impl Fn(&mut Command)) -> String {
     let mut args = vec!["exec", "--hz", "500", "--out", out.to_str().unwrap()];
     args.extend(flags);
-    let demo = demo();
     args.extend(["--", demo.to_str().unwrap(), "--threads", "1", "--seconds", "1"]);
-    let o = l.run(&args);
+    let mut c = l.command(&args);
+    setup(&mut c);
+    let o = c.output().expect("run the copied osprey");
     assert!(o.status.success(), "{}", stderr(&o));
     let ps = expect_profiles(out);
     let names: Vec<&str> = ps[0].sample.iter().flat_map(|s| function_names(&ps[0], s)).collect();
@@ -70,8 +105,8 @@ fn preload_seen(l: &Lone) -> String {
 #[test]
 fn a_copied_binary_profiles_with_its_embedded_agent_written_once() {
     let l = lone("lone");
-    let err = profile_demo(&l, &tempdir("lone-out"), &[]);
-    assert!(!err.contains("replacing"), "a first run writes without complaint: {err}");
+    let err = profile_demo(&l, &l.dir.join("out"), &[]);
+    assert!(!err.contains("replaced"), "a first run writes without complaint: {err}");
     let dir = l.agent_dir();
     let lib = dir.join("libosprey_preload.so");
     assert!(preload_seen(&l).starts_with(lib.to_str().unwrap()), "the cached agent is preloaded");
@@ -82,8 +117,8 @@ fn a_copied_binary_profiles_with_its_embedded_agent_written_once() {
     assert_eq!(m.mode() & 0o022, 0, "the library is not group/other-writable");
     // A second run (with the allocators) finds both files as written: not rewritten.
     let inode = m.ino();
-    let err = profile_demo(&l, &tempdir("lone-alloc"), &["--alloc"]);
-    assert!(!err.contains("replacing"), "{err}");
+    let err = profile_demo(&l, &l.dir.join("out-alloc"), &["--alloc"]);
+    assert!(!err.contains("replaced"), "{err}");
     assert_eq!(std::fs::metadata(&lib).unwrap().ino(), inode, "written once per build");
 }
 
@@ -112,8 +147,8 @@ fn a_tampered_or_shared_library_is_replaced_in_one_line() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&lib, &bytes).unwrap();
-    let err = profile_demo(&l, &tempdir("lone-tamper-out"), &[]);
-    let replaced: Vec<&str> = err.lines().filter(|l| l.contains("replacing")).collect();
+    let err = profile_demo(&l, &l.dir.join("out"), &[]);
+    let replaced: Vec<&str> = err.lines().filter(|l| l.contains("replaced")).collect();
     assert_eq!(replaced.len(), 1, "{err}");
     assert!(replaced[0].contains("content is not this osprey's agent"), "{err}");
     assert!(std::fs::read(&lib).unwrap() == original, "rewritten");
@@ -123,6 +158,97 @@ fn a_tampered_or_shared_library_is_replaced_in_one_line() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("writable by group or others"), "{}", stderr(&o));
     assert_eq!(std::fs::metadata(&lib).unwrap().mode() & 0o022, 0);
+}
+
+#[test]
+fn a_cache_reached_through_a_symbolic_link_is_used_by_its_real_path() {
+    let l = lone("lone-link");
+    let real = l.dir.join("real-cache");
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&real, &l.cache).unwrap();
+    let seen = preload_seen(&l);
+    let real = std::fs::canonicalize(&real).unwrap();
+    assert!(seen.starts_with(real.join("osprey").to_str().unwrap()), "{seen}");
+}
+
+/// Whether the tests run as root: they then run osprey as `nobody` where
+/// file modes must bind (root writes through them).
+fn is_root() -> bool {
+    // SAFETY: a plain id query.
+    unsafe { libc::geteuid() == 0 }
+}
+
+const NOBODY: u32 = 65534;
+
+/// A directory `nobody` owns (mode 0700) when running as root.
+fn private_dir_for_user(d: &Path) {
+    std::fs::create_dir(d).unwrap();
+    if is_root() {
+        std::os::unix::fs::chown(d, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+#[test]
+fn a_tampered_library_that_cannot_be_replaced_is_refused_in_one_line() {
+    let l = lone("lone-ro");
+    private_dir_for_user(&l.cache);
+    let run = |args: &[&str]| {
+        let mut c = l.command(args);
+        if is_root() {
+            c.uid(NOBODY).gid(NOBODY);
+        }
+        c.output().unwrap()
+    };
+    let out = l.dir.join("out");
+    private_dir_for_user(&out);
+    let o = run(&["exec", "-q", "--out", out.to_str().unwrap(), "--", "/bin/true"]);
+    assert!(l.agent_dir().join("libosprey_preload.so").is_file(), "written by the first run: {}", stderr(&o));
+    let dir = l.agent_dir();
+    let lib = dir.join("libosprey_preload.so");
+    let mut bytes = std::fs::read(&lib).unwrap();
+    bytes.push(0);
+    std::fs::write(&lib, &bytes).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500)).unwrap();
+    let o = run(&["exec", "--out", out.to_str().unwrap(), "--", "/bin/echo", "ran"]);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(o.status.code(), Some(1), "refused: {}", stderr(&o));
+    assert!(o.stdout.is_empty(), "the program did not run with a library that is not osprey's");
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("cannot replace") && err.contains("content is not this osprey's agent"), "{err}");
+}
+
+/// An unprivileged user whose home is not writable (`/`, as for a container
+/// user without a passwd entry) gets a private cache under `$TMPDIR`, and
+/// a profile. Needs root to become that user.
+#[test]
+fn a_user_without_a_writable_home_gets_a_private_cache_in_tmp() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run osprey as another user");
+        return;
+    }
+    let l = lone("lone-nobody");
+    // The demo beside osprey: the build directory need not be readable by `nobody`.
+    let demo_copy = l.dir.join("bin/osprey-demo");
+    if std::fs::hard_link(demo(), &demo_copy).is_err() {
+        std::fs::copy(demo(), &demo_copy).unwrap();
+    }
+    let (tmp, out) = (l.dir.join("tmp"), l.dir.join("out"));
+    private_dir_for_user(&tmp);
+    private_dir_for_user(&out);
+    let err = profile_demo_with(&l, &out, &["--alloc"], &demo_copy, |c| {
+        c.env_remove("XDG_CACHE_HOME").env("HOME", "/").env("TMPDIR", &tmp).uid(NOBODY).gid(NOBODY);
+    });
+    assert!(!err.contains("replaced"), "{err}");
+    let cache = tmp.join(format!("osprey-{NOBODY}"));
+    let lib = agent_dir(&cache).join("libosprey_preload.so");
+    for p in [&cache, &lib] {
+        let m = std::fs::metadata(p).unwrap();
+        assert_eq!(m.uid(), NOBODY, "{} is the user's", p.display());
+        assert_eq!(m.mode() & 0o022, 0, "{} not group/other-writable", p.display());
+    }
+    assert_eq!(std::fs::metadata(&cache).unwrap().mode() & 0o777, 0o700);
 }
 
 #[test]
@@ -140,4 +266,5 @@ fn a_development_build_prefers_the_libraries_beside_it() {
         .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("agent-")).count())
         .unwrap_or(0);
     assert_eq!(agent_dirs, 0, "no library written to the cache");
+    let _ = std::fs::remove_dir_all(&cache);
 }
