@@ -203,7 +203,9 @@ impl Run {
             comments: Vec::new(),
             lines: self.lines,
         };
-        if osprey_pprof::maps::ProcMaps::read(self.pid).is_err() {
+        // A zombie's maps read back empty, not as an error: a target that
+        // exited but is not yet reaped (its parent has not waited) is gone too.
+        if !crate::target::alive(self.pid) || osprey_pprof::maps::ProcMaps::read(self.pid).is_err() {
             symbolize_offline(&mut data, modules);
         }
         match delivery.flush(&data, Vec::new) {
