@@ -261,43 +261,57 @@ fn span_of(contexts: &mut Option<LiveReader>, tid: u32) -> (u128, u64) {
 /// usual symbolization reads, are gone. A frame in no module, or one its
 /// module does not name, becomes `module+0xoffset` or stays an address.
 fn symbolize_offline(data: &mut ProfileData, modules: &ModuleSet) {
-    // (module index, svma) of every native frame, named once per module.
-    let mut wanted: HashMap<usize, Vec<u64>> = HashMap::new();
-    let lookup = |addr: u64, ret: bool| {
-        let pc = if ret { addr.saturating_sub(1) } else { addr };
-        modules.index_for(pc).map(|i| (i, pc - modules.modules()[i].bias))
-    };
+    let mut keys: Vec<(u64, bool)> = Vec::new();
     for s in &data.samples {
         for f in &s.frames {
             if let Frame::Native { addr, return_address } = *f {
-                if let Some((i, svma)) = lookup(addr, return_address) {
-                    wanted.entry(i).or_default().push(svma);
-                }
+                keys.push((addr, return_address));
             }
         }
     }
-    let mut names: HashMap<(usize, u64), String> = HashMap::new();
-    for (i, mut svmas) in wanted {
-        svmas.sort_unstable();
-        svmas.dedup();
-        let m = &modules.modules()[i];
-        let named =
-            osprey_unwind::symbols::name_addresses(&m.path, Some(Path::new(DEBUG_ROOT)), &svmas).unwrap_or_default();
-        for (k, svma) in svmas.iter().enumerate() {
-            let name = named.get(k).cloned().flatten();
-            let name = name.unwrap_or_else(|| osprey_unwind::symbols::module_offset_name(&m.path, *svma));
-            names.insert((i, *svma), name);
-        }
-    }
+    let names = name_from_modules(modules, keys);
     for s in &mut data.samples {
         for f in &mut s.frames {
             if let Frame::Native { addr, return_address } = *f {
-                if let Some(name) = lookup(addr, return_address).and_then(|k| names.get(&k)) {
+                if let Some(name) = names.get(&(addr, return_address)) {
                     *f = Frame::Function { name: name.clone(), file: String::new(), line: 0 };
                 }
             }
         }
     }
+}
+
+/// Names `(pc, is a return address)` keys from `modules`' files alone (ELF
+/// symbols, separate debug files), reading each module once; a key in a
+/// module that does not name it gets `module+0xoffset`, one in no module
+/// no entry. Needs no live process.
+pub(crate) fn name_from_modules(
+    modules: &ModuleSet,
+    keys: impl IntoIterator<Item = (u64, bool)>,
+) -> HashMap<(u64, bool), String> {
+    // module index -> (svma, key) pairs, named once per module.
+    type Svmas = Vec<(u64, (u64, bool))>;
+    let mut wanted: HashMap<usize, Svmas> = HashMap::new();
+    for (addr, ret) in keys {
+        let pc = if ret { addr.saturating_sub(1) } else { addr };
+        if let Some(i) = modules.index_for(pc) {
+            wanted.entry(i).or_default().push((pc - modules.modules()[i].bias, (addr, ret)));
+        }
+    }
+    let mut names = HashMap::new();
+    for (i, mut pairs) in wanted {
+        pairs.sort_unstable();
+        pairs.dedup();
+        let m = &modules.modules()[i];
+        let svmas: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+        let named =
+            osprey_unwind::symbols::name_addresses(&m.path, Some(Path::new(DEBUG_ROOT)), &svmas).unwrap_or_default();
+        for (k, (svma, key)) in pairs.into_iter().enumerate() {
+            let name = named.get(k).cloned().flatten();
+            names.insert(key, name.unwrap_or_else(|| osprey_unwind::symbols::module_offset_name(&m.path, svma)));
+        }
+    }
+    names
 }
 
 /// Wall-clock now, ns since the Unix epoch.

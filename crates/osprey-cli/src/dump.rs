@@ -241,16 +241,17 @@ pub(crate) fn name_pcs<'a>(
     keys: &'a [(u64, bool)],
     modules: Option<&'a osprey_unwind::ModuleSet>,
 ) -> impl Iterator<Item = ((u64, bool), String)> + 'a {
-    let resolved = osprey_pprof::symbolize::symbolize(pid, keys, false);
-    keys.iter().zip(resolved).map(move |(&(pc, ret), r)| {
-        let name = r.lines.last().map(|l| l.name.clone()).unwrap_or_else(|| {
-            let at = if ret { pc.saturating_sub(1) } else { pc };
-            modules.and_then(|m| m.module_for(at)).map_or_else(
-                || "[unknown]".to_string(),
-                |m| osprey_unwind::symbols::module_offset_name(&m.path, at - m.bias),
-            )
-        });
-        ((pc, ret), name)
+    let resolved: Vec<Option<String>> = osprey_pprof::symbolize::symbolize(pid, keys, false)
+        .into_iter()
+        .map(|r| r.lines.last().map(|l| l.name.clone()))
+        .collect();
+    // What the live process's maps could not name (it exited, or the module
+    // is unmapped since) is named from the unwinder's modules' files.
+    let unnamed = keys.iter().zip(&resolved).filter(|(_, r)| r.is_none()).map(|(k, _)| *k);
+    let offline = modules.map(|m| crate::attach_native::name_from_modules(m, unnamed)).unwrap_or_default();
+    keys.iter().zip(resolved).map(move |(&key, r)| {
+        let name = r.or_else(|| offline.get(&key).cloned()).unwrap_or_else(|| "[unknown]".to_string());
+        (key, name)
     })
 }
 

@@ -13,7 +13,7 @@
 use osprey_pprof::pprof::Profile;
 use osprey_testkit::cc::compile_source;
 use osprey_testkit::run::{run_measured, Run};
-use osprey_testkit::{osprey, tempdir};
+use osprey_testkit::{osprey, paths, tempdir};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -124,8 +124,7 @@ fn check_refused(r: &Run, flat: &[Flat], total: i64) {
 #[test]
 fn xz_workers_have_stacks() {
     let dir = tempdir("xz");
-    let xz = ["/usr/bin/xz", "/bin/xz"].iter().map(PathBuf::from).find(|p| p.exists());
-    let xz = xz.expect("xz missing: apt-get install xz-utils");
+    let xz = paths::debian_program("xz", "xz-utils");
     let input = prose(&dir, 8 << 20);
     let r = run(100, &dir, &xz, &["-6", "-T2", "-k", "-f", input.to_str().unwrap()]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
@@ -341,8 +340,7 @@ fn prose(dir: &Path, bytes: usize) -> PathBuf {
 #[test]
 fn zstd_workers_have_stacks() {
     let dir = tempdir("zstd");
-    let zstd = ["/usr/bin/zstd", "/bin/zstd"].iter().map(PathBuf::from).find(|p| p.exists());
-    let zstd = zstd.expect("zstd missing: apt-get install zstd");
+    let zstd = paths::debian_program("zstd", "zstd");
     let input = prose(&dir, 4 << 20);
     let out = dir.join("out.zst");
     let r = run(100, &dir, &zstd, &["-17", "-T2", "-f", "-q", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);

@@ -79,7 +79,6 @@ fn batch_tables_rank_a_frameless_split_and_leave_the_target_unchanged() {
     target.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
     assert_eq!(target.wait().unwrap().code(), alone.status.code(), "exit status changed under top");
     assert_eq!(stdout, String::from_utf8_lossy(&alone.stdout), "output changed under top");
-    let _ = std::fs::remove_dir_all(&dir);
 
     assert!(out.matches("%OWN").count() >= 3, "a table per interval:\n{out}");
     let rows = last_table(&out);
@@ -96,6 +95,21 @@ fn batch_tables_rank_a_frameless_split_and_leave_the_target_unchanged() {
     let reach = rows["main"].total_pct + rows["start_thread"].total_pct;
     assert!(reach >= 95.0, "{reach:.1}% of the last interval reaches main or start_thread:\n{out}");
     assert_eq!(rows["fifty"].own_pct, rows["fifty"].total_pct, "{out}");
+
+    // `--duration` shorter than `--interval`: the samples taken until then
+    // are one table, not lost.
+    let third = format!("{:.0}", cycles.parse::<f64>().unwrap() / 3.0);
+    let o = Command::new(osprey())
+        .args(["top", "--duration", "1", "--interval", "60", "--hz", "200", "--"])
+        .arg(&bin)
+        .arg(&third)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{:?}: {}", o.status, String::from_utf8_lossy(&o.stderr));
+    assert_eq!(out.matches("%OWN").count(), 1, "one table at --duration:\n{out}");
+    assert!(last_table(&out).contains_key("fifty"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -90,3 +90,13 @@ pub fn otelcol() -> Option<PathBuf> {
         std::env::var_os("OSPREY_OTELCOL").map_or(PathBuf::from("/var/cache/osprey/otelcol-0.165.0"), PathBuf::from);
     cached_build(&dir, "osprey-otelcol", "crates/osprey-upload/tests/collector/build.sh")
 }
+
+/// The Debian program `name` (in `/usr/bin` or `/bin`); fails the test
+/// naming the package that provides it (`.ci/run` installs it).
+pub fn debian_program(name: &str, package: &str) -> PathBuf {
+    ["/usr/bin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} missing: apt-get install {package}"))
+}

@@ -141,14 +141,17 @@ fn guard_catches_allocation_in_handler() {
     assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGABRT, "guard did not fire");
 }
 
-/// The termination handler (SIGTERM with the default disposition) does not
-/// allocate either: a copy of this test binary samples allocating threads at
-/// 5 kHz and gets SIGTERM; it must die of SIGTERM (the guard would make it
-/// SIGABRT) after writing its last profile.
+/// The termination handlers (SIGTERM, and a SIGIO the process sends itself,
+/// both with the default disposition) do not allocate either: a copy of this
+/// test binary samples allocating threads at 5 kHz and gets the signal; it
+/// must die of that signal (the guard would make it SIGABRT) after writing
+/// its last profile.
 #[test]
 fn termination_handler_never_allocates() {
     const CHILD: &str = "OSPREY_NOALLOC_TERM_CHILD";
+    const SIGNAL: &str = "OSPREY_NOALLOC_TERM_SIGNAL";
     if let Some(dir) = std::env::var_os(CHILD) {
+        let sig: libc::c_int = std::env::var(SIGNAL).unwrap().parse().unwrap();
         let _p = osprey::Profiler::builder().out_dir(&dir).hz(5000).period(Duration::from_secs(60)).start().unwrap();
         let workers: Vec<_> = (0..2)
             .map(|_| {
@@ -165,19 +168,24 @@ fn termination_handler_never_allocates() {
             .collect();
         std::thread::sleep(Duration::from_millis(500));
         // SAFETY: signalling this very process.
-        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+        unsafe { libc::kill(libc::getpid(), sig) };
         std::thread::sleep(Duration::from_secs(30));
         drop(workers);
-        unreachable!("SIGTERM did not end the process");
+        unreachable!("signal {sig} did not end the process");
     }
-    let dir = std::env::temp_dir().join(format!("osprey-noalloc-term-{}", std::process::id()));
-    let st = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "termination_handler_never_allocates", "--nocapture"])
-        .env(CHILD, &dir)
-        .status()
-        .unwrap();
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(st.signal(), Some(libc::SIGTERM), "{st:?}");
-    let written = std::fs::read_dir(&dir).unwrap().flatten().any(|e| e.path().to_string_lossy().ends_with(".pb.gz"));
-    assert!(written, "no last profile in {}", dir.display());
+    for sig in [libc::SIGTERM, libc::SIGIO] {
+        let dir = std::env::temp_dir().join(format!("osprey-noalloc-term-{}-{sig}", std::process::id()));
+        let st = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "termination_handler_never_allocates", "--nocapture"])
+            .env(CHILD, &dir)
+            .env(SIGNAL, sig.to_string())
+            .status()
+            .unwrap();
+        assert_eq!(st.signal(), Some(sig), "signal {sig}: {st:?}");
+        let written =
+            std::fs::read_dir(&dir).unwrap().flatten().any(|e| e.path().to_string_lossy().ends_with(".pb.gz"));
+        assert!(written, "signal {sig}: no last profile in {}", dir.display());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -31,6 +31,9 @@ use table::{Sort, Stats, View};
 const BATCH_ROWS: usize = 20;
 /// Lines above and below the table on a terminal.
 const CHROME: usize = 6;
+/// How long the batch view waits, once stopped, for the sampler's last
+/// interval (the sampler notices `stop` within its 100 ms refresh).
+const FINAL_WAIT: Duration = Duration::from_secs(2);
 
 /// `osprey top`'s flags.
 #[derive(clap::Args, Debug)]
@@ -163,11 +166,18 @@ impl Watch<'_> {
         self.stop.load(Ordering::SeqCst) || self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
-    /// One table per interval on stdout.
+    /// One table per interval on stdout; at `--duration` or Ctrl-C, one
+    /// more for the samples since the last table (the sampler hands them
+    /// over before it ends), so no sample of the run goes unshown.
     fn batch(&self, view: &View, what: &str) -> End {
         let mut stats = Stats::default();
+        let mut last_call: Option<Instant> = None;
         loop {
-            if self.over() {
+            if last_call.is_none() && self.over() {
+                self.stop.store(true, Ordering::SeqCst);
+                last_call = Some(Instant::now());
+            }
+            if last_call.is_some_and(|t| t.elapsed() > FINAL_WAIT) {
                 return End::Stopped;
             }
             match self.rx.recv_timeout(Duration::from_millis(50)) {
@@ -181,6 +191,9 @@ impl Watch<'_> {
                     }
                 }
                 Ok(Event::Ended(Some(why))) if stats.intervals == 0 => return End::Failed(why),
+                Ok(Event::Ended(_)) | Err(mpsc::RecvTimeoutError::Disconnected) if last_call.is_some() => {
+                    return End::Stopped
+                }
                 Ok(Event::Ended(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => return End::Exited,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }

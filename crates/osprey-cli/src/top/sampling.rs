@@ -95,45 +95,73 @@ fn native(s: Settings, stop: &AtomicBool, tx: &Sender<Event>) -> Result<(), Stri
     let pid = s.pid;
     let mut sampler =
         osprey_perf::ProcessSampler::attach(pid as u32, s.hz, STACK_BYTES).map_err(|e| format!("pid {pid}: {e}"))?;
-    let mut unwinder = osprey_perf::Unwinder::new(pid as u32);
-    let mut namer = Namer { pid, names: HashMap::new() };
-    let mut pending: Vec<(u32, Vec<u64>, u64)> = Vec::new();
+    let mut n = Native {
+        unwinder: osprey_perf::Unwinder::new(pid as u32),
+        namer: Namer { pid, names: HashMap::new() },
+        pending: Vec::new(),
+    };
     let mut began = Instant::now();
     let mut refreshed = Instant::now();
     let mut ended = false;
     while !ended && !stop.load(Ordering::SeqCst) {
         let _ = sampler.wait(REFRESH.min(s.interval));
-        sampler.drain(&mut |raw| {
-            let st = unwinder.unwind(raw);
-            pending.push((st.tid, st.pcs, st.period));
-        });
+        n.drain(&mut sampler);
         if refreshed.elapsed() >= REFRESH {
             refreshed = Instant::now();
             ended = !crate::target::alive(pid) || sampler.refresh_threads().is_err();
         }
         if began.elapsed() >= s.interval || ended {
-            if ended {
-                sampler.drain(&mut |raw| {
-                    let st = unwinder.unwind(raw);
-                    pending.push((st.tid, st.pcs, st.period));
-                });
-                if pending.is_empty() {
-                    break;
-                }
+            n.drain(&mut sampler);
+            if ended && n.pending.is_empty() {
+                return Ok(());
             }
-            let keys = pending.iter().flat_map(|p| p.1.iter().enumerate().map(|(i, &pc)| (pc, i > 0)));
-            namer.name_all(keys, Some(unwinder.modules()));
-            let stacks =
-                pending.drain(..).map(|(tid, pcs, cpu_ns)| Stack { tid, frames: namer.frames(&pcs), cpu_ns }).collect();
-            let names = sampler.tids().map(|t| (t, crate::target::thread_name(pid, t as i32))).collect();
-            let iv = Interval { stacks, names, span: began.elapsed() };
+            let iv = n.interval(&sampler, began);
             began = Instant::now();
             if tx.send(Event::Interval(iv)).is_err() {
-                break;
+                return Ok(());
             }
         }
     }
+    // Stopped: the samples since the last interval make one more, shorter one.
+    n.drain(&mut sampler);
+    if !ended && !n.pending.is_empty() {
+        let _ = tx.send(Event::Interval(n.interval(&sampler, began)));
+    }
     Ok(())
+}
+
+/// A native target's samples between two intervals, and how to name them.
+struct Native {
+    unwinder: osprey_perf::Unwinder,
+    namer: Namer,
+    /// (tid, pcs leaf first, CPU ns) of the samples not yet handed over.
+    pending: Vec<(u32, Vec<u64>, u64)>,
+}
+
+impl Native {
+    /// Unwinds what the rings hold (drained often, so they never fill).
+    fn drain(&mut self, sampler: &mut osprey_perf::ProcessSampler) {
+        let (unwinder, pending) = (&mut self.unwinder, &mut self.pending);
+        sampler.drain(&mut |raw| {
+            let st = unwinder.unwind(raw);
+            pending.push((st.tid, st.pcs, st.period));
+        });
+    }
+
+    /// The pending samples, named, as the interval since `began`.
+    fn interval(&mut self, sampler: &osprey_perf::ProcessSampler, began: Instant) -> Interval {
+        let keys = self.pending.iter().flat_map(|p| p.1.iter().enumerate().map(|(i, &pc)| (pc, i > 0)));
+        self.namer.name_all(keys, Some(self.unwinder.modules()));
+        let namer = &self.namer;
+        let stacks = self
+            .pending
+            .drain(..)
+            .map(|(tid, pcs, cpu_ns)| Stack { tid, frames: namer.frames(&pcs), cpu_ns })
+            .collect();
+        let pid = self.namer.pid;
+        let names = sampler.tids().map(|t| (t, crate::target::thread_name(pid, t as i32))).collect();
+        Interval { stacks, names, span: began.elapsed() }
+    }
 }
 
 fn python(s: Settings, stop: &AtomicBool, tx: &Sender<Event>) -> Result<(), String> {
