@@ -17,7 +17,7 @@ use osprey_pprof::pprof::Profile;
 use osprey_testkit::cli::osprey_output;
 use osprey_testkit::http::{free_port, serve_under_exec};
 use osprey_testkit::otel::{check_requests, read_used, RequestTally};
-use osprey_testkit::profile::{cpu_in_span, decode, function_names, read_profiles};
+use osprey_testkit::profile::{cpu_in_span, decode, function_names, label, read_profiles};
 use osprey_testkit::python::{otel_servers, python, slots, PY_CRATE};
 use osprey_testkit::tempdir;
 
@@ -116,11 +116,11 @@ fn uvicorn_fastapi() {
 }
 
 /// `osprey report --span` of one request of a Flask service under gunicorn
-/// (one process, two threads) where every 10th request runs `slow_path`,
-/// 40 ms of CPU more than the others' 2 ms, sampled at 1000 Hz: the
-/// report of a slow request's span holds about 42 ms, all of it in that
-/// span, mostly under `slow_path` in the view `index`; a fast request's
-/// span holds a few ms and no `slow_path`.
+/// (one process, two threads, two clients) where every 10th request runs
+/// `slow_path`, 40 ms of CPU time more than the others' 2 ms, sampled at
+/// 100 Hz: each slow request's report holds only samples of its span, in
+/// the view `index`, mostly under `slow_path`; the slow requests' CPU by
+/// `--span` is about 42 ms on average and over 4 times the fast ones'.
 #[test]
 fn report_of_one_slow_request() {
     let server = [
@@ -138,7 +138,7 @@ fn report_of_one_slow_request() {
         "otel_flask_app:app",
     ];
     let env = [("OSPREY_TEST_SLOW_EVERY", "10"), ("OSPREY_TEST_REQUEST_MS", "2")];
-    let Some(s) = serve("slow", &["--children", "--hz", "250"], &server, &env, (2, 4.0)) else { return };
+    let Some(s) = serve("slow", &["--children", "--hz", "100"], &server, &env, (2, 4.0)) else { return };
     let used = read_used(&s.used);
     let by_kind = |kind: &str| -> Vec<u64> {
         let mut v: Vec<u64> =
@@ -163,30 +163,36 @@ fn report_of_one_slow_request() {
         ms.push((cpu as f64 / 1e6, p.sample.len(), slow_path));
     }
     ms.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let slow_mean = ms.iter().map(|m| m.0).sum::<f64>() / ms.len() as f64;
+    // The fast requests' CPU by span, from the profiles (a report each would
+    // take minutes): their mean over all of them, sampled or not.
+    let profiles = read_profiles(&s.out);
+    let mut fast_cpu = 0i64;
+    for p in &profiles {
+        let cpu = p.sample_type.iter().position(|t| p.string(t.r#type) == "cpu").unwrap();
+        for x in &p.sample {
+            let span = label(p, x, "span id").map(|l| l.1 as u64);
+            if span.is_some_and(|id| fast.binary_search(&id).is_ok()) {
+                assert!(!function_names(p, x).contains(&"slow_path"), "a fast request under slow_path");
+                fast_cpu += x.value[cpu];
+            }
+        }
+    }
+    let fast_mean = fast_cpu as f64 / 1e6 / fast.len() as f64;
     eprintln!(
-        "slow requests (CPU ms, samples, under slow_path): {ms:.1?} ({} requests, {} slow)",
+        "{} requests: {} slow, CPU by --span (ms, samples, under slow_path): {ms:.1?}; mean {slow_mean:.1} ms; fast ones' mean {fast_mean:.1} ms",
         s.answered,
         slow.len()
     );
-    // 42 ms of CPU (the fast path and the slow one); a sample carries the
-    // thread's CPU since the one before, so a request's figure is off by
-    // up to a sampling period at each end, more when the sampler falls
-    // behind on a loaded machine: the median is checked.
-    let (median, samples, under) = ms[ms.len() / 2];
-    assert!((30.0..=60.0).contains(&median), "--span of slow requests: {ms:.1?}");
-    assert!(under * 2 > samples, "the median slow request's stack is slow_path's: {ms:.1?}");
-    // A fast request: a few ms, no slow_path.
-    let mut fast_ms = Vec::new();
-    for &span in fast.iter().take(20) {
-        let Some(p) = span_report(&s.out, span) else { continue };
-        let (cpu, only) = cpu_in_span(&p, span);
-        let slow_path = p.sample.iter().filter(|x| function_names(&p, x).contains(&"slow_path")).count();
-        assert!(only && slow_path == 0, "fast request {span:016x}: {slow_path} samples under slow_path");
-        fast_ms.push(cpu as f64 / 1e6);
-    }
-    fast_ms.sort_by(f64::total_cmp);
-    eprintln!("fast requests sampled: {fast_ms:.1?} ms");
-    assert!(fast_ms.last().is_some_and(|&m| m < median / 2.0), "fast requests {fast_ms:.1?} ms, slow {median:.1} ms");
+    // 42 ms of CPU time (the fast path and the slow one) against 2 ms. A
+    // sample carries its thread's CPU since the one before, so a request's
+    // figure is off by up to a sampling period at each end, much more when
+    // the sampler falls behind on a loaded machine: the mean is checked.
+    assert!((21.0..=84.0).contains(&slow_mean), "--span of slow requests: mean {slow_mean:.1} ms: {ms:.1?}");
+    assert!(slow_mean >= 4.0 * fast_mean, "slow requests {slow_mean:.1} ms, fast ones {fast_mean:.1} ms");
+    let under: usize = ms.iter().map(|m| m.2).sum();
+    let samples: usize = ms.iter().map(|m| m.1).sum();
+    assert!(under * 2 > samples, "slow requests' samples under slow_path: {under} of {samples}");
 }
 
 /// `osprey report OUT --span SPAN` as pprof, None if no sample has it.

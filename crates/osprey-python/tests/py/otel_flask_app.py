@@ -1,8 +1,8 @@
 """A Flask app with no OpenTelemetry code: run it under
 `opentelemetry-instrument` (which instruments Flask) and a WSGI server.
 Each request to `/` runs in its own span and burns `OSPREY_TEST_REQUEST_MS`
-(default 30) ms of CPU; with `OSPREY_TEST_SLOW_EVERY=N`, every Nth request
-the process serves also runs `slow_path`, 40 ms more, and is written as
+(default 30) ms of CPU time; with `OSPREY_TEST_SLOW_EVERY=N`, every Nth request
+the process serves also runs `slow_path`, 40 ms of CPU time more, and is written as
 `slow` instead of `root` (`otel_request.py`).
 """
 

@@ -6,7 +6,7 @@ A request reads the current span as the app sees it
 (`opentelemetry.trace.get_current_span()`), appends it to a file (one line
 per request, `TID KIND SPAN_ID TRACE_ID ROOT_SPAN_ID`: native thread id,
 ids in hex; each line one `write` in append mode, so processes can share
-the file), and burns CPU in a function named after its span,
+the file), and burns CPU time in a function named after its span,
 `request_burn_<span id>`, so that a sample says by its stack alone which
 request it was taken in. Its span's parent is remote (the client sent
 `traceparent`) or absent: it is its own local root.
@@ -31,9 +31,11 @@ from opentelemetry import trace
 
 
 def request_burn(seconds):
-    end = time.perf_counter() + seconds
+    """Burns `seconds` of the thread's CPU time (not wall time: on a loaded
+    machine a request's CPU is then what it says)."""
+    end = time.thread_time() + seconds
     n = 0
-    while time.perf_counter() < end:
+    while time.thread_time() < end:
         n += sum(i * i for i in range(50))
     return n
 
