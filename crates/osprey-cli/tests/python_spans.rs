@@ -4,7 +4,8 @@
 //! pprof files read back carry, on at least 90% of the CPU samples taken
 //! inside a span, the `span id`, `trace id` and `local root span id` that
 //! thread used there; samples outside spans carry none, and no sample ids
-//! its thread never used. Per interpreter reading details and costs:
+//! its thread never used; asyncio tasks (3.14, 3.15) carry the running
+//! task's span. Per interpreter reading details and costs:
 //! osprey-python's `tests/otel_spans.rs`.
 
 use std::io::{BufRead, BufReader};
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use osprey_testkit::cli::exec_into;
-use osprey_testkit::otel::check_spans;
+use osprey_testkit::otel::{check_requests, check_spans};
 use osprey_testkit::profile::read_profiles;
 use osprey_testkit::python::{otel_sdk, python, slots, Py, PY_CRATE};
 use osprey_testkit::{osprey, tempdir};
@@ -45,6 +46,34 @@ fn exec(name: &str) {
 
 osprey_testkit::per_interpreter!(only exec;
     exec38 => "3.8", exec312 => "3.12", exec313 => "3.13", exec_forky314 => "forky-3.14");
+
+/// `osprey exec` on asyncio tasks interleaving on one thread, each in its
+/// own spans (osprey-python's `tests/py/otel_request.py`): their samples
+/// carry the span of the task that was running.
+fn exec_tasks(name: &str) {
+    let Some(py) = python(name) else { return };
+    let Some(sdk) = otel_sdk(&py, name) else { return };
+    let _slots = slots(1);
+    let script = py.script_at(&Path::new(PY_CRATE).join("tests/py/otel_request.py"));
+    for attempt in 0..2 {
+        let out = tempdir(&format!("tasks-{name}"));
+        let used = py.scratch("tasks");
+        let mut cmd = py.argv();
+        cmd.extend([script.clone(), used.clone(), "4".into(), "4".into()]);
+        exec_into(&out, &["--hz", "100"], &cmd, &[("PYTHONPATH", &sdk)]);
+        let profiles = read_profiles(&out);
+        let _ = std::fs::remove_dir_all(&out);
+        let host = py.host_path(&used);
+        let t = check_requests(&format!("exec {name} tasks"), &profiles, &host, 60, attempt == 1);
+        let _ = std::fs::remove_file(&host);
+        if let Some(t) = t {
+            assert_eq!(t.threads, 1, "{name}: tasks on {} threads", t.threads);
+            return;
+        }
+    }
+}
+
+osprey_testkit::per_interpreter!(only exec_tasks; exec_tasks_forky314 => "forky-3.14", exec_tasks_forky315 => "forky-3.15");
 
 /// `osprey attach --pid` to the program once its threads run.
 #[test]

@@ -7,7 +7,7 @@ use osprey_pprof::pprof::Profile;
 use osprey_testkit::cc::compile_c;
 use osprey_testkit::cli::{exec_into, osprey_ok};
 use osprey_testkit::paths::crate_dir;
-use osprey_testkit::profile::{decode, function_names, label};
+use osprey_testkit::profile::{cpu_in_span, function_names};
 use osprey_testkit::readers::chromium_dom;
 use osprey_testkit::tempdir;
 use std::path::PathBuf;
@@ -39,22 +39,9 @@ fn run() -> &'static Run {
     })
 }
 
-/// `osprey report OUT ARGS --format pprof`, decoded.
+/// `osprey report OUT ARGS --format pprof` of the run, decoded.
 fn report_pprof(args: &[&str]) -> Profile {
-    let r = run();
-    let file = r.out.with_extension(format!("{}.pb.gz", args.join("_").replace(['/', ' '], "")));
-    let mut a = vec!["report", r.out.to_str().unwrap(), "--format", "pprof", "-o", file.to_str().unwrap()];
-    a.extend(args);
-    osprey_ok(&a);
-    decode(&std::fs::read(file).unwrap())
-}
-
-/// Total CPU (ns) of `p` and whether every sample ran in span `span`.
-fn cpu_in_span(p: &Profile, span: u64) -> (i64, bool) {
-    let cpu = p.sample_type.iter().position(|t| p.string(t.r#type) == "cpu").unwrap();
-    let total = p.sample.iter().map(|s| s.value[cpu]).sum();
-    let all = p.sample.iter().all(|s| label(p, s, "span id").map(|(_, n)| n as u64) == Some(span));
-    (total, all)
+    osprey_testkit::cli::report_pprof(&run().out, args)
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //! their own traces. At least 90% of the CPU samples inside a span carry a
 //! span id that thread used there, its trace id and its local root; samples
 //! outside spans carry none; no sample carries ids its thread never used.
+//! asyncio tasks interleaving on one thread, each in its own spans: their
+//! samples carry the running task's span (`tasks`).
 //! Then what one lookup costs the sampler (CPU, memory reads) is measured
 //! on the live program and printed. `osprey exec`/`attach` end to end:
 //! osprey-cli's `tests/python_spans.rs`.
@@ -17,7 +19,7 @@ use std::time::Duration;
 use osprey_python::open_target;
 use osprey_python::sampling::otel_context::Spans;
 use osprey_python::threads::list_tstates;
-use osprey_testkit::otel::check_spans;
+use osprey_testkit::otel::{check_requests, check_spans};
 use osprey_testkit::profile::read_profiles;
 use osprey_testkit::run::thread_cpu;
 
@@ -122,6 +124,37 @@ fn wsgi_server() {
     check_spans("wsgi", &profiles, &used_file, None);
     let _ = std::fs::remove_file(&used_file);
 }
+
+/// asyncio tasks on one thread, each running spans of its own traces and
+/// interleaving with the others inside them (`py/otel_request.py` as a
+/// script): at least 90% of the CPU samples in a task's span carry that
+/// very span (the thread state's context is the running task's), none a
+/// span of no task of the thread.
+fn tasks(name: &str) {
+    let Some(py) = common::python(name) else { return };
+    let Some(sdk) = osprey_testkit::python::otel_sdk(&py, name) else { return };
+    let _slots = common::slots(1);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/otel_request.py");
+    for attempt in 0..2 {
+        let out = py.scratch("tasks");
+        let w = py.start_script_env(&script, &[&out, "4", "4"], &[("PYTHONPATH", &sdk)]);
+        let stop = AtomicBool::new(false);
+        let (data, summary) = common::collect(w.pid(), &common::options(100, None), &stop);
+        drop(w);
+        let profiles = as_pprof(&format!("tasks-{name}"), &data);
+        let used_file = py.host_path(&out);
+        eprintln!("{name} tasks: span reads {:?}; warnings {:?}", summary.spans, summary.warnings);
+        let t = check_requests(&format!("{name} tasks"), &profiles, &used_file, 60, attempt == 1);
+        let _ = std::fs::remove_file(&used_file);
+        if let Some(t) = t {
+            assert_eq!(t.threads, 1, "{name}: tasks on {} threads", t.threads);
+            return;
+        }
+    }
+}
+
+osprey_testkit::per_interpreter!(only tasks;
+    tasks312 => "3.12", tasks_forky314 => "forky-3.14", tasks_forky315 => "forky-3.15");
 
 /// An `opentelemetry.context` whose runtime context is not a `ContextVar`
 /// (`py/otel_other/`): one warning saying so, no span labels, the stacks

@@ -4,13 +4,22 @@
 use crate::run::output_within;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 /// Runs `osprey exec -q --out OUT FLAGS -- CMD` with the variables `env`;
 /// fails the test (showing stderr) unless it exits 0.
 pub fn exec_into<S: AsRef<OsStr>>(out: &Path, flags: &[&str], cmd: &[S], env: &[(&str, &str)]) -> Output {
-    let child = Command::new(crate::osprey())
+    let child = spawn_exec(out, flags, cmd, env);
+    let o = output_within(child, Duration::from_secs(120), "osprey exec");
+    assert!(o.status.success(), "osprey exec: {}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+/// Starts `osprey exec -q --out OUT FLAGS -- CMD` with the variables `env`,
+/// its output piped.
+pub fn spawn_exec<S: AsRef<OsStr>>(out: &Path, flags: &[&str], cmd: &[S], env: &[(&str, &str)]) -> Child {
+    Command::new(crate::osprey())
         .args(["exec", "-q", "--out"])
         .arg(out)
         .args(flags)
@@ -20,10 +29,7 @@ pub fn exec_into<S: AsRef<OsStr>>(out: &Path, flags: &[&str], cmd: &[S], env: &[
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
-    let o = output_within(child, Duration::from_secs(120), "osprey exec");
-    assert!(o.status.success(), "osprey exec: {}", String::from_utf8_lossy(&o.stderr));
-    o
+        .unwrap()
 }
 
 /// `osprey ARGS`' output (whatever its exit status).
@@ -36,4 +42,14 @@ pub fn osprey_ok<S: AsRef<OsStr>>(args: &[S]) -> String {
     let o = osprey_output(args);
     assert!(o.status.success(), "osprey: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout).unwrap()
+}
+
+/// `osprey report DIR ARGS --format pprof`, written beside `dir` (named
+/// after the arguments) and decoded.
+pub fn report_pprof(dir: &Path, args: &[&str]) -> osprey_pprof::pprof::Profile {
+    let file = dir.with_extension(format!("{}.pb.gz", args.join("_").replace(['/', ' '], "")));
+    let mut a = vec!["report", dir.to_str().unwrap(), "--format", "pprof", "-o", file.to_str().unwrap()];
+    a.extend(args);
+    osprey_ok(&a);
+    crate::profile::decode(&std::fs::read(file).unwrap())
 }

@@ -6,7 +6,8 @@
 //! [`per_interpreter!`] ([`python`]), OpenTelemetry span labels checked
 //! against the spans a Python program used ([`otel`]), loopback backends ([`backends`]),
 //! the SIGPROF unwinding fixture of osprey-unwind ([`unwind`]), the
-//! `osprey` command run as a user does ([`cli`]) and the real tools that
+//! `osprey` command run as a user does ([`cli`]), real HTTP servers under
+//! a load of requests ([`http`]) and the real tools that
 //! read its reports ([`readers`]).
 //!
 //! Nothing here reaches into osprey's internals: the kit must keep working
@@ -15,6 +16,7 @@
 pub mod backends;
 pub mod cc;
 pub mod cli;
+pub mod http;
 pub mod otel;
 pub mod paths;
 pub mod profile;

@@ -110,3 +110,11 @@ pub fn function_names<'a>(p: &'a Profile, s: &Sample) -> Vec<&'a str> {
     }
     out
 }
+
+/// Total CPU (ns) of `p` and whether every sample carries span id `span`.
+pub fn cpu_in_span(p: &Profile, span: u64) -> (i64, bool) {
+    let cpu = p.sample_type.iter().position(|t| p.string(t.r#type) == "cpu").unwrap();
+    let total = p.sample.iter().map(|s| s.value[cpu]).sum();
+    let all = p.sample.iter().all(|s| label(p, s, "span id").map(|(_, n)| n as u64) == Some(span));
+    (total, all)
+}

@@ -376,22 +376,45 @@ pub fn otel_sdk_version(minor: u32) -> &'static str {
 /// Python), then copied into the chroot. If it cannot be installed: None (skip) with
 /// OSPREY_SKIP_MISSING_PYTHON=1, else the test fails.
 pub fn otel_sdk(py: &Py, name: &str) -> Option<String> {
-    otel_install(py, name, "", &[])
+    otel_install(py, name, "", None, &[])
 }
 
 /// [`otel_sdk`] with `opentelemetry-instrumentation-wsgi` (0.66b2, the
 /// release of SDK 1.45.2: 3.10+), in `<target>/otel-py/<name>-wsgi`.
 pub fn otel_sdk_wsgi(py: &Py, name: &str) -> Option<String> {
-    otel_install(py, name, "-wsgi", &["opentelemetry-instrumentation-wsgi==0.66b2"])
+    otel_install(py, name, "-wsgi", None, &["opentelemetry-instrumentation-wsgi==0.66b2"])
 }
 
-/// Installs the SDK and the packages `extra` (pinned `name==version`) into
+/// The packages of [`otel_servers`], pinned (`opentelemetry-sdk` 1.45.1:
+/// the instrumentations' release 0.66b1 pins its semantic conventions).
+pub const OTEL_SERVERS: [&str; 8] = [
+    "opentelemetry-distro==0.66b1",
+    "opentelemetry-instrumentation-flask==0.66b1",
+    "opentelemetry-instrumentation-fastapi==0.66b1",
+    "flask==3.1.3",
+    "gunicorn==27.0.1",
+    "fastapi==0.165.0",
+    "uvicorn==0.54.0",
+    "opentelemetry-instrumentation==0.66b1",
+];
+
+/// A directory holding real servers under auto-instrumentation for a host
+/// interpreter (3.10+): `opentelemetry-instrument` (`opentelemetry-distro`)
+/// with the Flask and FastAPI instrumentations, Flask, gunicorn, FastAPI
+/// and uvicorn ([`OTEL_SERVERS`]), in `<target>/otel-py/<name>-servers`;
+/// their console scripts in its `bin`. See [`otel_sdk`].
+pub fn otel_servers(py: &Py, name: &str) -> Option<String> {
+    otel_install(py, name, "-servers", Some("1.45.1"), &OTEL_SERVERS)
+}
+
+/// Installs the SDK (release `sdk`, else [`otel_sdk_version`]'s) and the
+/// packages `extra` (pinned `name==version`) into
 /// `<target>/otel-py/<name><suffix>`, see [`otel_sdk`].
-fn otel_install(py: &Py, name: &str, suffix: &str, extra: &[&str]) -> Option<String> {
+fn otel_install(py: &Py, name: &str, suffix: &str, sdk: Option<&str>, extra: &[&str]) -> Option<String> {
     let version = name.trim_start_matches("forky-").trim_start_matches("debian-").trim_end_matches("-pidns");
     let version = version.trim_end_matches('t');
     let minor: u32 = version.strip_prefix("3.").and_then(|m| m.parse().ok()).expect("a 3.x interpreter name");
-    let sdk = format!("opentelemetry-sdk=={}", otel_sdk_version(minor));
+    let sdk = format!("opentelemetry-sdk=={}", sdk.unwrap_or(otel_sdk_version(minor)));
     let key = format!("{}{suffix}", name.trim_end_matches("-pidns"));
     let dir = crate::paths::target_dir().join("otel-py").join(&key);
     let wanted: Vec<&str> = std::iter::once(sdk.as_str()).chain(extra.iter().copied()).collect();
