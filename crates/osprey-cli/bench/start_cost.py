@@ -101,7 +101,8 @@ def with_agent(binary, argv):
         return [binary, "exec", "--children", "--out", out, "--"] + argv, None
     lib = os.path.join(os.path.dirname(os.path.abspath(binary)), "libosprey_preload.so")
     cmd = os.environ.get("BENCH_CMD", "/bin/true")
-    pre = f"LD_PRELOAD={lib} OSPREY_ROOT_PID=1 OSPREY_CHILDREN=1 OSPREY_OUT={out}"
+    # OSPREY_SPOOL: `out` stands for the spool `osprey exec` merges (parts without fsync).
+    pre = f"LD_PRELOAD={lib} OSPREY_ROOT_PID=1 OSPREY_CHILDREN=1 OSPREY_SPOOL=1 OSPREY_OUT={out}"
     return ["sh", "-c", f"for i in $(seq {n}); do {pre} {cmd}; done"], None
 
 

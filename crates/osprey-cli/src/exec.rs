@@ -79,6 +79,11 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
             _ => c.env(k, v),
         };
     }
+    // Parts of a spool need no fsync: this process merges and syncs them.
+    match (&spool, up.out.is_some()) {
+        (Some(_), true) => c.env("OSPREY_SPOOL", "1"),
+        _ => c.env_remove("OSPREY_SPOOL"),
+    };
     if children {
         c.env("OSPREY_CHILDREN", "1");
     } else {

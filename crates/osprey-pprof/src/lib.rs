@@ -156,7 +156,21 @@ pub fn write_profile_late(
     data: &ProfileData,
     late: impl FnOnce() -> Vec<Sample>,
 ) -> std::io::Result<std::path::PathBuf> {
-    let pending = file::Pending::create(dir)?;
+    write_profile_with(dir, data, late, true)
+}
+
+/// As [`write_profile_late`]; `sync: false` publishes the file without
+/// `fsync` (see [`file::Pending::unsynced`]).
+pub fn write_profile_with(
+    dir: &std::path::Path,
+    data: &ProfileData,
+    late: impl FnOnce() -> Vec<Sample>,
+    sync: bool,
+) -> std::io::Result<std::path::PathBuf> {
+    let mut pending = file::Pending::create(dir)?;
+    if !sync {
+        pending = pending.unsynced();
+    }
     let profile = to_pprof_late(data, late);
     pending.publish(data.pid, &prost::Message::encode_to_vec(&profile))
 }
@@ -170,8 +184,11 @@ pub fn to_pprof(data: &ProfileData) -> pprof::Profile {
 /// the costly step, is done: a profiler's own CPU time measured as late as
 /// possible. Their frames should be synthetic or interpreted.
 pub fn to_pprof_late(data: &ProfileData, late: impl FnOnce() -> Vec<Sample>) -> pprof::Profile {
-    match maps::ProcMaps::read(data.pid) {
-        Ok(maps) => encode::encode(data, &maps, |addrs| symbolize::symbolize(data.pid, addrs, data.lines), late),
+    match maps::ProcMaps::read_with_text(data.pid) {
+        Ok((maps, text)) => {
+            let symbolize = |addrs: &[(u64, bool)]| symbolize::symbolize_in(data.pid, addrs, data.lines, Some(&text));
+            encode::encode(data, &maps, symbolize, late)
+        }
         Err(_) => encode::encode(data, &maps::ProcMaps::default(), |addrs| vec![Default::default(); addrs.len()], late),
     }
 }

@@ -52,13 +52,20 @@ impl ProcMaps {
     /// `/proc/<pid>/maps` is unreadable (e.g. the process is gone); lines that do
     /// not parse are skipped; `exe` is `None` if `/proc/<pid>/exe` is unreadable.
     pub fn read(pid: i32) -> io::Result<ProcMaps> {
+        Ok(Self::read_with_text(pid)?.0)
+    }
+
+    /// [`ProcMaps::read`], with the text read (for the symbolizer, so that
+    /// one profile reads the map once).
+    pub fn read_with_text(pid: i32) -> io::Result<(ProcMaps, Vec<u8>)> {
         let dir = proc_dir(pid);
         let text = osprey_procfs::maps::read(pid)?;
         let exe = fs::read_link(dir.join("exe")).ok().map(|p| {
             let s = p.to_string_lossy();
             PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s))
         });
-        Ok(ProcMaps { regions: osprey_procfs::maps::entries(&text).map(Region::from).collect(), exe })
+        let regions = osprey_procfs::maps::entries(&text).map(Region::from).collect();
+        Ok((ProcMaps { regions, exe }, text))
     }
 
     /// Index of the region containing `addr`.

@@ -37,6 +37,12 @@ pub struct Resolved {
 /// lands inside the call instruction. The result has one entry per input.
 /// `lines`: use DWARF (file, line, inlined frames) besides ELF symbols.
 pub fn symbolize(pid: i32, addrs: &[(u64, bool)], lines: bool) -> Vec<Resolved> {
+    symbolize_in(pid, addrs, lines, None)
+}
+
+/// [`symbolize`], with the text of `/proc/<pid>/maps` when the caller read
+/// it already (it is read here otherwise).
+pub fn symbolize_in(pid: i32, addrs: &[(u64, bool)], lines: bool, maps: Option<&[u8]>) -> Vec<Resolved> {
     let lookup: Vec<u64> = addrs.iter().map(|&(a, ret)| if ret { a.saturating_sub(1) } else { a }).collect();
     let pid = if pid <= 0 || pid as u32 == std::process::id() { Pid::Slf } else { Pid::from(pid as u32) };
     let mut out = vec![Resolved::default(); lookup.len()];
@@ -44,10 +50,14 @@ pub fn symbolize(pid: i32, addrs: &[(u64, bool)], lines: bool) -> Vec<Resolved> 
     // profile's few hundred addresses for a fraction of what indexing every
     // symbol costs (it matters for short processes, whose only profile is
     // written at exit).
+    // Addresses whose module's tables were read and hold no symbol for them:
+    // blazesym, without DWARF, reads the same tables and would not name them
+    // either (it costs another read of the map and of each module).
+    let mut settled = vec![false; out.len()];
     if !lines {
-        from_elf_symbols(pid, &lookup, &mut out);
+        from_elf_symbols(pid, &lookup, &mut out, maps, &mut settled);
     }
-    let unknown: Vec<usize> = (0..out.len()).filter(|&i| out[i].lines.is_empty()).collect();
+    let unknown: Vec<usize> = (0..out.len()).filter(|&i| out[i].lines.is_empty() && !settled[i]).collect();
     if !unknown.is_empty() {
         let symbolizer =
             Symbolizer::builder().enable_inlined_fns(lines).enable_code_info(lines).enable_demangling(true).build();
@@ -68,7 +78,7 @@ pub fn symbolize(pid: i32, addrs: &[(u64, bool)], lines: bool) -> Vec<Resolved> 
         }
         drop(symbolizer);
         if lines {
-            from_elf_symbols(pid, &lookup, &mut out);
+            from_elf_symbols(pid, &lookup, &mut out, maps, &mut settled);
         }
     }
     release_free_heap();
@@ -80,7 +90,8 @@ pub fn symbolize(pid: i32, addrs: &[(u64, bool)], lines: bool) -> Vec<Resolved> 
 /// (stripped libraries such as libc get their local functions, e.g.
 /// `start_thread`), one pass over each module's tables. An address past the
 /// end of every symbol stays unnamed.
-fn from_elf_symbols(pid: Pid, lookup: &[u64], out: &mut [Resolved]) {
+/// `settled[i]` is set for each address of a module whose tables were read.
+fn from_elf_symbols(pid: Pid, lookup: &[u64], out: &mut [Resolved], maps: Option<&[u8]>, settled: &mut [bool]) {
     use std::collections::HashMap;
     let unknown: Vec<usize> = (0..out.len()).filter(|&i| out[i].lines.is_empty()).collect();
     if unknown.is_empty() {
@@ -90,7 +101,13 @@ fn from_elf_symbols(pid: Pid, lookup: &[u64], out: &mut [Resolved]) {
         Pid::Pid(p) => p.get(),
         _ => std::process::id(),
     };
-    let Ok(modules) = osprey_unwind::scan::loaded_in(pid) else { return };
+    let modules = match maps {
+        Some(text) => osprey_unwind::scan::loaded_from_bytes(pid, &holding(text, &unknown, lookup)),
+        None => match osprey_unwind::scan::loaded_in(pid) {
+            Ok(m) => m,
+            Err(_) => return,
+        },
+    };
     let root = std::path::Path::new(osprey_unwind::compile::DEBUG_ROOT);
     let mut by_module: HashMap<usize, Vec<usize>> = HashMap::new();
     for i in unknown {
@@ -104,12 +121,35 @@ fn from_elf_symbols(pid: Pid, lookup: &[u64], out: &mut [Resolved]) {
         let file = osprey_unwind::scan::file_of(pid, &module.path);
         let Ok(names) = osprey_unwind::symbols::name_addresses(&file, Some(root), &svmas) else { continue };
         for (i, name) in idx.into_iter().zip(names) {
+            settled[i] = true;
             if let Some(name) = name {
                 let name = demangle(&name);
                 out[i] = Resolved { lines: vec![SymLine { name, file: String::new(), line: 0 }], debug_info: false };
             }
         }
     }
+}
+
+/// The lines of the maps `text` that belong to a file with an executable
+/// mapping holding one of the `unknown` addresses: only those modules' ELF
+/// headers are read (a short process's one stack touches two or three of
+/// the modules it maps).
+fn holding(text: &[u8], unknown: &[usize], lookup: &[u64]) -> Vec<u8> {
+    use osprey_procfs::maps::Entry;
+    let mut paths = std::collections::HashSet::new();
+    for e in osprey_procfs::maps::entries(text) {
+        if e.perms.exec && e.is_file() && unknown.iter().any(|&i| e.contains(lookup[i])) {
+            paths.insert(e.path);
+        }
+    }
+    let mut out = Vec::new();
+    for line in text.split(|&c| c == b'\n') {
+        if Entry::parse(line).is_some_and(|e| paths.contains(e.path)) {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+    }
+    out
 }
 
 /// A symbol's name as blazesym shows it: Rust demangled without its hash,
@@ -201,7 +241,7 @@ mod tests {
             libc::malloc as unsafe extern "C" fn(usize) -> *mut libc::c_void as usize as u64 + 2,
         ];
         let mut ours = vec![Resolved::default(); addrs.len()];
-        from_elf_symbols(Pid::Slf, &addrs, &mut ours);
+        from_elf_symbols(Pid::Slf, &addrs, &mut ours, None, &mut vec![false; addrs.len()]);
         let symbolizer = Symbolizer::builder().enable_demangling(true).build();
         let theirs = run(&symbolizer, Pid::Slf, false, false, &addrs);
         for ((a, o), t) in addrs.iter().zip(&ours).zip(&theirs) {
@@ -211,6 +251,24 @@ mod tests {
             }
         }
         assert!(ours[0].lines[0].name.ends_with("marker_fn"), "{:?}", ours[0]);
+    }
+
+    /// Only the modules holding an address are kept, and they name it
+    /// as the whole map does.
+    #[test]
+    fn reads_only_the_modules_holding_addresses() {
+        let text = osprey_procfs::maps::read(0).unwrap();
+        let addrs = vec![marker_fn as fn() -> u64 as usize as u64];
+        let kept = holding(&text, &[0], &addrs);
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let lines: Vec<_> = osprey_procfs::maps::entries(&kept).collect();
+        assert!(!lines.is_empty() && lines.iter().all(|e| std::path::Path::new(e.path_os()) == exe), "{lines:?}");
+        let (mut whole, mut part) = (vec![Resolved::default()], vec![Resolved::default()]);
+        from_elf_symbols(Pid::Slf, &addrs, &mut whole, None, &mut [false]);
+        let mut settled = [false];
+        from_elf_symbols(Pid::Slf, &addrs, &mut part, Some(&text), &mut settled);
+        assert_eq!(whole, part);
+        assert!(settled[0] && part[0].lines[0].name.ends_with("marker_fn"), "{part:?}");
     }
 
     #[test]

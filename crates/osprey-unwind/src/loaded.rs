@@ -177,7 +177,8 @@ pub fn loaded_from(pid: u32, maps: &str) -> Vec<Loaded> {
     loaded_from_bytes(pid, maps.as_bytes())
 }
 
-fn loaded_from_bytes(pid: u32, maps: &[u8]) -> Vec<Loaded> {
+/// [`loaded_in`] from the bytes of `/proc/<pid>/maps` already read.
+pub fn loaded_from_bytes(pid: u32, maps: &[u8]) -> Vec<Loaded> {
     let mut out: Vec<Loaded> = Vec::new();
     let mut files: HashMap<PathBuf, Option<Vec<ExecSegment>>> = HashMap::new();
     for e in osprey_procfs::maps::entries(maps) {

@@ -5,7 +5,7 @@
 use crate::cache::Cache;
 use crate::compile::{compile_elf, compile_file};
 use crate::error::Error;
-pub use crate::loaded::{file_of, generation, loaded, loaded_from, loaded_in, Generation, Loaded};
+pub use crate::loaded::{file_of, generation, loaded, loaded_from, loaded_from_bytes, loaded_in, Generation, Loaded};
 use crate::modules::{Module, ModuleSet};
 use crate::publish::Shared;
 use std::collections::HashMap;

@@ -58,7 +58,10 @@ impl Delivery {
         late: impl FnOnce() -> Vec<osprey_pprof::Sample>,
     ) -> std::io::Result<Option<PathBuf>> {
         // The file is created first: its cost falls before `late` measures.
-        let pending = self.cfg.out.as_deref().map(osprey_pprof::file::Pending::create).transpose()?;
+        let mut pending = self.cfg.out.as_deref().map(osprey_pprof::file::Pending::create).transpose()?;
+        if !self.cfg.out_sync {
+            pending = pending.map(osprey_pprof::file::Pending::unsynced);
+        }
         let mut profile = osprey_pprof::to_pprof_late(data, late);
         let mut comments = Vec::new();
         if !data.comments.iter().any(|c| c.starts_with("runtime-id=")) {

@@ -6,6 +6,7 @@
 //! | `OSPREY_PERIOD` | seconds between profile files (0.1–86400) | 60 |
 //! | `OSPREY_OUT` | output directory | `./profiles` |
 //! | `OSPREY_STATUS` | directory for the end-of-run report `osprey exec` reads | none |
+//! | `OSPREY_SPOOL` | `1`: `OSPREY_OUT` is the spool of a live `osprey exec --children`, which merges the files (written without `fsync`) | 0 |
 //! | `OSPREY_MAX_DEPTH` | frames kept per stack (1–256) | 128 |
 //! | `OSPREY_THREADS` | thread records pre-allocated (1-65536) | 256 |
 //! | `OSPREY_THREADS_GROW` | `0` forbids growing the pool | 1 |
@@ -87,6 +88,13 @@ pub struct Config {
     /// Where the agent leaves its [`osprey_upload::RunReport`] at exit
     /// (`OSPREY_STATUS`, set by `osprey exec`). None: no report.
     pub status_dir: Option<PathBuf>,
+    /// `out_dir` is the spool of an `osprey exec --children` that is alive
+    /// and merges what is written there into files it syncs itself
+    /// (`OSPREY_SPOOL`): the parts are published without `fsync`. A part
+    /// is still complete or absent (hard link after the write), and it
+    /// survives its writer's SIGKILL in the page cache; only a machine crash
+    /// before the merge loses it, with the merge that would have synced it.
+    pub spool: bool,
 }
 
 impl Default for Config {
@@ -112,6 +120,7 @@ impl Default for Config {
             alloc_interval: 512 << 10,
             upload: None,
             status_dir: None,
+            spool: false,
         }
     }
 }
@@ -154,6 +163,9 @@ impl Config {
         }
         if let Some(v) = get("OSPREY_STATUS").filter(|v| !v.is_empty()) {
             c.status_dir = Some(PathBuf::from(v));
+        }
+        if let Some(v) = get("OSPREY_SPOOL") {
+            c.spool = parse_bool("OSPREY_SPOOL", &v)?;
         }
         if let Some(v) = get("OSPREY_MAX_DEPTH") {
             c.max_depth = parse_num("OSPREY_MAX_DEPTH", &v)?;

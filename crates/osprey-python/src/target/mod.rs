@@ -516,9 +516,34 @@ impl Target {
 
 /// Is `path` a CPython interpreter executable? Looks at the ELF file: a
 /// `libpython3` NEEDED entry, or CPython's own symbols (static builds).
+/// The answer is kept per file (device, inode, size, modification time):
+/// `osprey exec --children` asks it of every process of a tree, most of
+/// which run the same few programs.
 pub fn is_cpython_executable(path: &Path) -> bool {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Mutex;
+    type Key = (u64, u64, u64, i64, i64);
+    static SEEN: Mutex<Option<HashMap<Key, bool>>> = Mutex::new(None);
+    /// Bounds the memory of a process that sees many programs come and go.
+    const MAX_SEEN: usize = 4096;
+    let key = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()));
+    if let Some(k) = key {
+        if let Some(&known) = SEEN.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(&k)) {
+            return known;
+        }
+    }
     let Ok(info) = process::elf_info(path, &["Py_BytesMain"]) else { return false };
-    info.dynstr_needs_libpython || info.defines_python
+    let cpython = info.dynstr_needs_libpython || info.defines_python;
+    if let Some(k) = key {
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        let map = seen.get_or_insert_with(HashMap::new);
+        if map.len() >= MAX_SEEN {
+            map.clear();
+        }
+        map.insert(k, cpython);
+    }
+    cpython
 }
 
 /// Does process `pid` run CPython (a libpython3 mapping, or an executable
