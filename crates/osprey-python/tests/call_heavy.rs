@@ -194,7 +194,7 @@ fn generators_keep_their_share_and_callers() {
 
 /// Versions whose default mode reads a generator loop within 2 points of
 /// a stopped read (see [`generator_loop_within_two_points_of_a_stopped_read`]).
-const WITHIN_TWO_POINTS: [&str; 2] = ["3.11", "3.13"];
+const WITHIN_TWO_POINTS: [&str; 1] = ["3.13"];
 
 /// A loop over a generator (resumed per item from C on 3.11, inline from
 /// 3.12): `produce`'s and `consume`'s shares in the default mode are within

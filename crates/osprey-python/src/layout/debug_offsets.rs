@@ -530,7 +530,7 @@ impl DebugOffsets {
             frame_gen: None,
             code_zombieframe: None,
             tstate_recursion_depth: None,
-            frame_stacktop: None,
+            tstate_datastack: None,
             frame_size_to_read: 0,
             instr_kind: InstrKind::Pointer,
             code_filename: g("code_object.filename")?,

@@ -75,6 +75,10 @@ pub struct Layout {
     /// `recursion_depth` in `PyThreadState` (3.8-3.10): the calls of the
     /// evaluation function under way, one per frame of a Python stack.
     pub tstate_recursion_depth: Option<u64>,
+    /// `datastack_chunk`, followed by `datastack_top`, in `PyThreadState`
+    /// (3.11): the frame stack's current chunk, and where its next frame
+    /// will be pushed.
+    pub tstate_datastack: Option<u64>,
     /// `_PyCFrame.current_frame` (3.11–3.12): tstate_frame is a pointer to a cframe.
     pub cframe_current_frame: Option<u64>,
     /// The code object (`f_code`, `f_executable`) in a frame.
@@ -88,11 +92,6 @@ pub struct Layout {
     /// `is_entry` in `_PyInterpreterFrame` (3.11 only: the outermost frame
     /// of a call of the evaluation function).
     pub frame_is_entry: Option<u64>,
-    /// `stacktop` in `_PyInterpreterFrame` (3.11 only): -1 while the frame
-    /// is its evaluation loop's current frame (the loop holds its stack
-    /// pointer), its value stack's depth once it called a Python function,
-    /// yielded or returned (set as it does).
-    pub frame_stacktop: Option<u64>,
     /// The byte of a frame object that says whether it runs (3.8/3.9
     /// `f_executing`, 3.10 `f_state`): a frame that returned keeps its other
     /// fields.
@@ -184,11 +183,11 @@ impl Layout {
             frame_instr: 0,
             frame_owner: None,
             frame_is_entry: None,
-            frame_stacktop: None,
             frame_live: None,
             frame_gen: None,
             code_zombieframe: None,
             tstate_recursion_depth: None,
+            tstate_datastack: None,
             frame_size_to_read: 0,
             instr_kind: InstrKind::Pointer,
             code_filename: 0,
@@ -260,7 +259,7 @@ impl Layout {
                 l.frame_instr = 56;
                 l.frame_owner = Some(69);
                 l.frame_is_entry = Some(68);
-                l.frame_stacktop = Some(64);
+                l.tstate_datastack = Some(296);
                 l.code_filename = 112;
                 l.code_name = 120;
                 l.code_qualname = Some(128);
@@ -300,9 +299,6 @@ impl Layout {
         let mut f = self.frame_code.max(self.frame_previous).max(self.frame_instr) + 8;
         for o in [self.frame_owner, self.frame_is_entry, self.frame_live].into_iter().flatten() {
             f = f.max(o + 1);
-        }
-        if let Some(o) = self.frame_stacktop {
-            f = f.max(o + 4);
         }
         if let Some(o) = self.frame_gen {
             f = f.max(o + 8);

@@ -67,25 +67,6 @@ pub(crate) struct Walk {
     pub(crate) evals: Evals,
 }
 
-impl Walk {
-    /// A walk that read nothing: what named the innermost frame was found
-    /// stale before any frame was read.
-    pub(crate) fn torn() -> Walk {
-        Walk {
-            frames: Vec::new(),
-            entry: None,
-            top_shown: false,
-            chain: Vec::new(),
-            codes: Vec::new(),
-            gens: Vec::new(),
-            trusted: false,
-            last_running: false,
-            end: End::Torn,
-            evals: Evals::default(),
-        }
-    }
-}
-
 /// Where each call of the interpreter's C evaluation function ends in a
 /// walk's frames: a call runs one frame (3.8-3.10) or, from 3.11, the frames
 /// pushed since it was entered (the outermost of them is marked: 3.11
@@ -136,7 +117,18 @@ pub(crate) fn walk_from(
 ) -> io::Result<Walk> {
     let l = &t.layout;
     let live = live_flag(l);
-    let mut w = Walk { end: End::Root, ..Walk::torn() };
+    let mut w = Walk {
+        frames: Vec::new(),
+        entry: None,
+        top_shown: false,
+        end: End::Root,
+        chain: Vec::new(),
+        codes: Vec::new(),
+        gens: Vec::new(),
+        trusted: false,
+        last_running: false,
+        evals: Evals::default(),
+    };
     let mut seen = HashSet::new();
     let mut f = top;
     let mut depth = 0;

@@ -5,13 +5,13 @@ use std::io;
 
 use osprey_pprof::Frame;
 
-use super::cframes::{current_frame, Current};
+use super::cframes::current_frame;
 use super::chain::{walk_from, End, Top, Walk, MAX_DEPTH};
 use super::code::CodeCache;
 use super::frame::{live_flag, top_frame};
 use super::memory::{latest_first, Memory, CFRAMES, GENS, HINT_FRAMES};
 use super::snapshot::Snapshot;
-use crate::remote::process::rd_u32;
+use crate::remote::process::{rd_u32, rd_u64};
 use crate::target::Target;
 
 /// What the walks of one target keep between samples.
@@ -59,23 +59,24 @@ fn walk_once(t: &Target, walks: &mut Walks, tstate: u64, last_resort: bool, stil
     let top = match (snap.u64(at), l.cframe_current_frame) {
         (Some(top), None) => top,
         (Some(0), Some(_)) => 0,
-        (Some(cframe), Some(off)) => match current_frame(l, &snap, &hints.cframes, entry_offset, cframe, off) {
-            Current::At(c, top) => {
-                named = Some(c);
-                top
+        (Some(cframe), Some(off)) => {
+            match current_frame(l, &snap, &hints.cframes, entry_offset, cframe, off, &mut || {
+                let b = t.mem.read_vec(tstate + l.tstate_datastack?, 16).ok()?;
+                Some((rd_u64(&b, 0), rd_u64(&b, 8)))
+            }) {
+                Some((c, top)) => {
+                    named = Some(c);
+                    top
+                }
+                None => {
+                    hints.cframes.retain(|&c| c != cframe);
+                    hints.cframes.insert(0, cframe);
+                    hints.cframes.truncate(CFRAMES);
+                    named = Some(cframe);
+                    t.mem.u64(cframe + off)?
+                }
             }
-            Current::Torn => {
-                walks.memory.keep(tstate, hints);
-                return Ok(Walk::torn());
-            }
-            Current::Unknown => {
-                hints.cframes.retain(|&c| c != cframe);
-                hints.cframes.insert(0, cframe);
-                hints.cframes.truncate(CFRAMES);
-                named = Some(cframe);
-                t.mem.u64(cframe + off)?
-            }
-        },
+        }
         (None, _) => top_frame(t, tstate)?,
     };
     let from = if still { Top::Stopped } else { Top::Thread };
