@@ -7,6 +7,10 @@ loop calling `Made.__init__` (which the interpreter calls from C) and
 chain: a loop calling a -> b -> c, each a microsecond or less of work.
 gen: a loop over a generator, `consume` taking each item `produce` yields
 (each side well under a microsecond an item).
+short: calls of a microsecond or so, most of them entered from C: `Made.__init__`
+through `map`, `Key.__hash__` from a dict lookup, the generator `produce`
+resumed by `sum`, and `direct` called from Python; `short_loop` itself a few
+percent.
 Prints "ready" once running; runs until killed."""
 import sys
 
@@ -70,6 +74,29 @@ def consume(n):
     return s
 
 
+class Key:
+    """A dict key whose hash is computed in Python (the same objects are looked
+    up, so `__eq__` is never called: identity decides)."""
+
+    def __hash__(self):
+        h = id(self) & 0xFFFF
+        for i in range(12):
+            h = (h * 31 + i) & 0xFFFF
+        return h
+
+
+def short_loop():
+    keys = [Key() for _ in range(2)]
+    table = {k: i for i, k in enumerate(keys)}
+    sizes = [20] * 4
+    while True:
+        list(map(Made, sizes))
+        for k in keys:
+            table[k]
+        sum(produce(30))
+        direct(60)
+
+
 def main():
     if sys.argv[1] == "deep":
         sys.setrecursionlimit(int(sys.argv[2]) + 100)
@@ -82,6 +109,8 @@ def main():
     if sys.argv[1] == "gen":
         while True:
             consume(2000)
+    if sys.argv[1] == "short":
+        short_loop()
     if sys.argv[1] == "from_c":
         while True:
             Made(300)
