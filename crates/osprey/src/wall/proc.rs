@@ -179,6 +179,12 @@ mod tests {
         }
         let Some(Syscall::Blocked { sp, pc, .. }) = seen else { panic!("never seen blocked in read") };
         assert!(sp != 0 && pc != 0);
-        assert!(matches!(read_syscall(tid), Err(ReadError::Gone)));
+        // `join` returns once the kernel clears the thread's tid word, a
+        // little before its `/proc` entry goes: wait for that, 1 s at most.
+        let gone = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            matches!(read_syscall(tid), Err(ReadError::Gone))
+        });
+        assert!(gone, "thread {tid} still readable 1 s after its join: {:?}", read_syscall(tid).map(|_| ()));
     }
 }
