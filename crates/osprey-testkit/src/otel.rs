@@ -230,6 +230,7 @@ pub fn check_requests(
     profiles: &[Profile],
     used_file: &Path,
     min_samples: i64,
+    min_share: f64,
     last: bool,
 ) -> Option<RequestTally> {
     let used = read_used(used_file);
@@ -238,16 +239,16 @@ pub fn check_requests(
     assert!(t.in_request >= min_samples, "{name}: {} samples in requests: {t:?}", t.in_request);
     assert_eq!(t.wrong, 0, "{name}: ids the thread never served: {t:?}");
     let share = |n: i64, of: i64| n as f64 / of.max(1) as f64;
-    let missed = if share(t.right, t.in_request) < 0.9 {
+    let missed = if share(t.right, t.in_request) < min_share {
         "samples in requests with their span"
     } else if share(t.right_root, t.right) < 0.9 {
         "local roots"
-    } else if share(t.exact, t.in_request) < 0.9 {
+    } else if share(t.exact, t.in_request) < min_share {
         "samples with their own request's span"
     } else {
         return Some(t);
     };
     assert!(!last, "{name}: {missed}: {t:?}");
-    eprintln!("{name}: {missed} under 90%: measured once more");
+    eprintln!("{name}: {missed} under {:.0}%: measured once more", min_share * 100.0);
     None
 }
