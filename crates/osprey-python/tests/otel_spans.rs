@@ -35,7 +35,7 @@ fn cost(name: &str, pid: i32) {
     // The first read finds the variable (once per process): not counted.
     for &ts in &tstates {
         let m = spans.mark(&t, ts, false);
-        spans.read(&t, ts, m);
+        let _ = spans.read(&t, ts, m);
     }
     let (before, stats) = (thread_cpu(), spans.stats.clone());
     // CPU and reads of the lookups that found a span, and of the others.
@@ -44,7 +44,7 @@ fn cost(name: &str, pid: i32) {
         for &ts in &tstates {
             let (at, reads) = (thread_cpu(), spans.stats.reads);
             let m = spans.mark(&t, ts, false);
-            let got = spans.read(&t, ts, m).is_some() as usize;
+            let got = spans.read(&t, ts, m).is_ok_and(|s| s.is_some()) as usize;
             split[got].0 += thread_cpu() - at;
             split[got].1 += spans.stats.reads - reads;
             split[got].2 += 1;

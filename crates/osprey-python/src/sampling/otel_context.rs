@@ -21,12 +21,12 @@
 //! verified by name and flags once, then compared by address), so a torn
 //! read gives no span, counted in [`SpanStats::torn`], never another's.
 //! The context's variables are read before the stack too: a thread that
-//! set or reset one during the stack read gets no span
-//! ([`SpanStats::changed`]), as it may not be the span the stack ran in;
-//! so does one not stopped whose read took over [`MAX_GAP`] (the sampler
-//! preempted): a freed HAMT's memory is soon reused for the next one of the
-//! same size, and enough time lets the thread reach a state that reads the
-//! same. What does not change is kept for the process, not per thread (the
+//! set or reset one during the stack read (an asyncio task switch, a span
+//! begun or ended) gets [`Changed`], as the span may not be the one the
+//! stack ran in; so does one not stopped whose read took over [`MAX_GAP`]
+//! (the sampler preempted): a freed HAMT's memory is soon reused for the
+//! next one of the same size, and enough time lets the thread reach a
+//! state that reads the same. The sampler then reads stack and span again. What does not change is kept for the process, not per thread (the
 //! variable, the key objects, the verified classes): every thread shares
 //! them. Until the module is found, `sys.modules`' new keys are looked at
 //! when its size changed (checked every [`POLL`], two reads), all of them
@@ -82,6 +82,11 @@ pub struct SpanIds {
     pub local_root_span_id: u64,
 }
 
+/// The thread's context changed while its stack was read: the span read
+/// after it may not be the stack's (see [`Spans::read`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Changed;
+
 /// A thread's context before its stack was read (see [`Spans::mark`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Before {
@@ -99,9 +104,8 @@ pub struct SpanStats {
     pub found: u64,
     /// Reads that failed or met an unexpected object: no span given.
     pub torn: u64,
-    /// Samples whose thread set or reset a variable while its stack was
-    /// read, or whose read took over [`MAX_GAP`]: no span given (it may not
-    /// be the stack's).
+    /// Reads that gave [`Changed`]: the thread set or reset a variable
+    /// while its stack was read, or the read took over [`MAX_GAP`].
     pub changed: u64,
     /// Memory reads done by the lookups.
     pub reads: u64,
@@ -190,25 +194,25 @@ impl Spans {
     }
 
     /// The span the thread whose state is at `tstate` is in, if any, read
-    /// after its stack; none if its context's variables are no longer
-    /// `mark` (from [`Spans::mark`], before the stack): the span may have
-    /// begun or ended meanwhile.
-    pub fn read(&mut self, t: &Target, tstate: u64, mark: Before) -> Option<SpanIds> {
+    /// after its stack; [`Changed`] if its context's variables are no
+    /// longer `mark` (from [`Spans::mark`], before the stack): the span may
+    /// have begun or ended meanwhile.
+    pub fn read(&mut self, t: &Target, tstate: u64, mark: Before) -> Result<Option<SpanIds>, Changed> {
         let var = match self.search {
             Search::Found(v) => v,
             Search::Looked { checked, looked, modules } if checked.elapsed() >= POLL => {
                 let now_modules = modules_len(t).unwrap_or(modules);
                 if now_modules == modules && looked.elapsed() < RETRY {
                     self.search = Search::Looked { checked: Instant::now(), looked, modules };
-                    return None;
+                    return Ok(None);
                 }
                 self.find_var(t, now_modules, looked);
                 match self.search {
                     Search::Found(v) => v,
-                    _ => return None,
+                    _ => return Ok(None),
                 }
             }
-            _ => return None,
+            _ => return Ok(None),
         };
         let start = Instant::now();
         let r = Reader::new(t, BUDGET);
@@ -217,14 +221,18 @@ impl Spans {
         self.stats.reads += r.reads() as u64;
         self.stats.time += start.elapsed();
         match got {
-            Ok(Some(ids)) => {
+            Ok(Ok(Some(ids))) => {
                 self.stats.found += 1;
-                Some(ids)
+                Ok(Some(ids))
             }
-            Ok(None) => None,
+            Ok(Ok(None)) => Ok(None),
+            Ok(Err(Changed)) => {
+                self.stats.changed += 1;
+                Err(Changed)
+            }
             Err(_) => {
                 self.stats.torn += 1;
-                None
+                Ok(None)
             }
         }
     }
@@ -318,12 +326,22 @@ impl Spans {
         Ok(ok)
     }
 
-    fn span_of(&mut self, r: &Reader, tstate: u64, var: Var, mark: Before) -> io::Result<Option<SpanIds>> {
-        let Some((now, root)) = contextvars::state(r, tstate)? else { return Ok(None) };
+    fn span_of(
+        &mut self,
+        r: &Reader,
+        tstate: u64,
+        var: Var,
+        mark: Before,
+    ) -> io::Result<Result<Option<SpanIds>, Changed>> {
+        let Some((now, root)) = contextvars::state(r, tstate)? else { return Ok(Ok(None)) };
         if now != mark.state || (!mark.stopped && mark.at.elapsed() > MAX_GAP) {
-            self.stats.changed += 1;
-            return Ok(None);
+            return Ok(Err(Changed));
         }
+        self.span_in(r, root, var).map(Ok)
+    }
+
+    /// The span in the context variables whose HAMT root is `root`.
+    fn span_in(&mut self, r: &Reader, root: u64, var: Var) -> io::Result<Option<SpanIds>> {
         let Some(ctx) = contextvars::lookup(r, &mut self.kinds, root, var)? else { return Ok(None) };
         let ty = r.type_of(ctx)?;
         if !Self::verified(r, &mut self.context_class, ty, "Context", TPFLAGS_DICT_SUBCLASS)? {

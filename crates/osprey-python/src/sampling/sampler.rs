@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use osprey_pprof::Frame;
 
+use super::otel_context::Changed;
 use super::thread_state::{classify, State};
 use crate::error::Error;
 use crate::remote::kernel_thread::{ProcFiles, Sys};
@@ -111,6 +112,10 @@ pub fn process_cpu_ns(pid: i32) -> Option<i64> {
     (r == 0).then(|| ts.tv_sec * 1_000_000_000 + ts.tv_nsec)
 }
 
+/// Stack reads per thread and sample, at most, while its span changes
+/// during them: a task switch every few milliseconds crosses one read in
+/// ten to twenty (reads take 0.1-1 ms), two in a row one in a hundred.
+const SPAN_READS: u32 = 3;
 /// Threads younger than this when first seen are charged, at their first
 /// sample, the CPU they used since they started.
 const YOUNG: Duration = Duration::from_secs(1);
@@ -331,12 +336,21 @@ impl Sampler {
             // task that switched during the read is the one that ran when
             // the innermost frames were read (first), or, if none ran then,
             // the one that started during the read.
-            let task_before = self.tasks.running(&self.target, tstate);
-            let span_mark = self.spans.mark(&self.target, tstate, was_stopped);
-            let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, was_stopped);
-            let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
-            // The span it ran in, if the same before and after the stack.
-            let span = self.spans.read(&self.target, tstate, span_mark);
+            // The span it ran in, if the same before and after the stack;
+            // if not (a task switch, a span begun or ended meanwhile), the
+            // stack is read again, at most `SPAN_READS` times in all.
+            let mut reads = 0;
+            let (read, task, span) = loop {
+                reads += 1;
+                let task_before = self.tasks.running(&self.target, tstate);
+                let span_mark = self.spans.mark(&self.target, tstate, was_stopped);
+                let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, was_stopped);
+                let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
+                match self.spans.read(&self.target, tstate, span_mark) {
+                    Err(Changed) if reads < SPAN_READS => continue,
+                    span => break (read, task, span.unwrap_or(None)),
+                }
+            };
             drop(stopped);
             let t2 = Instant::now();
             let after = clock.as_ref().and_then(|c| c.read().ok());
