@@ -3,10 +3,9 @@
 //! Invariants: a file named `osprey-<pid>-<UTC yyyymmddTHHMMSSZ>-<seq>.pb.gz`
 //! is always complete (it is written under a dot-prefixed temporary name in
 //! the same directory, synced unless [`Pending::unsynced`], then hard-linked
-//! under its name); `seq` comes
-//! from a process-wide counter, so two writes in the same second get
-//! different names, and an existing file is never replaced (an `exec`ed
-//! image of the same pid counts from 0 again).
+//! under its name); `seq` comes from a process-wide counter, so two writes
+//! in the same second get different names, and an existing file is never
+//! replaced (an `exec`ed image of the same pid counts from 0 again).
 
 use flate2::write::GzEncoder;
 use flate2::Compression;

@@ -110,10 +110,11 @@ pub struct UploadConfig {
     pub otlp: Option<Endpoint>,
     /// Local pprof files go here (None: none written).
     pub out: Option<PathBuf>,
-    /// Files in `out` are synced before they are published. Off
-    /// (`OSPREY_SPOOL=1`) when `out` is the spool of a live `osprey exec
-    /// --children`, which merges them and syncs what it writes: a part then
-    /// survives its writer's SIGKILL (page cache), not a machine crash.
+    /// Files in `out` are synced before they are published. The agent
+    /// turns it off when `out` is the spool of a live `osprey exec
+    /// --children` (its `spool` setting), which merges them and syncs what
+    /// it writes: a part then survives its writer's SIGKILL (page cache),
+    /// not a machine crash.
     pub out_sync: bool,
     /// Per HTTP request.
     pub timeout: Duration,
@@ -449,10 +450,6 @@ impl UploadConfig {
             (false, _, out) | (true, Some(true), out) => Some(out.unwrap_or_else(|| PathBuf::from("profiles"))),
             (true, None, out) => out,
         };
-        if let Some(v) = raw("OSPREY_SPOOL") {
-            c.out_sync = !parse_bool(&v, "OSPREY_SPOOL")?;
-        }
-
         if let Some(v) = flags
             .timeout
             .map(|t| t.to_string())

@@ -225,11 +225,12 @@ impl Config {
         if ["OSPREY_DATADOG", "OSPREY_PYROSCOPE", "OSPREY_OTLP", "OSPREY_FILES"].iter().any(|k| get(k).is_some()) {
             let exe = std::env::current_exe().ok();
             let program = exe.as_deref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
-            let up =
+            let mut up =
                 osprey_upload::UploadConfig::resolve(&Default::default(), program.as_deref().unwrap_or(""), &|k| {
                     get(k)
                 })
                 .map_err(|e| Error::config("delivery", e.to_string()))?;
+            up.out_sync = !c.spool;
             if let Some(dir) = &up.out {
                 c.out_dir = dir.clone();
             }
@@ -357,5 +358,15 @@ mod tests {
         assert!(c.wall && c.alloc && c.alloc_interval == 64 << 10);
         assert!(env(&[("OSPREY_WALL_THREADS", "0")]).unwrap_err().contains("OSPREY_WALL_THREADS"));
         assert!(env(&[("OSPREY_ALLOC_INTERVAL", "0")]).unwrap_err().contains("OSPREY_ALLOC_INTERVAL"));
+    }
+
+    /// `OSPREY_SPOOL` is read once, here, and reaches the delivery's files.
+    #[test]
+    fn spool_turns_off_the_delivery_files_sync() {
+        let files = [("OSPREY_FILES", "1")];
+        assert!(env(&files).unwrap().upload.unwrap().out_sync);
+        let c = env(&[files[0], ("OSPREY_SPOOL", "1")]).unwrap();
+        assert!(c.spool && !c.upload.unwrap().out_sync);
+        assert!(env(&[("OSPREY_SPOOL", "sure")]).unwrap_err().contains("OSPREY_SPOOL"));
     }
 }

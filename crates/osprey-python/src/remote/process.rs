@@ -1,12 +1,11 @@
 //! Reading another process: memory (`process_vm_readv`, never stopping it),
-//! `/proc/PID/maps`, and ELF symbols of its modules with their load bias.
+//! `/proc/PID/maps`, and ELF symbols of its modules with their load bias
+//! ([`super::elf`]).
 
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
-
-use object::{Object, ObjectSegment, ObjectSymbol};
+use std::path::PathBuf;
 
 /// Memory of a process, read with `process_vm_readv`.
 #[derive(Clone, Copy, Debug)]
@@ -170,222 +169,6 @@ pub(crate) fn target_path(pid: i32, path: &str) -> PathBuf {
     }
 }
 
-/// Symbols of an ELF file: name -> (file vaddr, size) for the `wanted` names
-/// (all names if `wanted` is empty), plus the first PT_LOAD vaddr.
-pub(crate) struct ElfInfo {
-    pub symbols: HashMap<String, (u64, u64)>,
-    pub first_load_vaddr: u64,
-    pub dynstr_needs_libpython: bool,
-    pub defines_python: bool,
-}
-
-pub(crate) fn elf_info(path: &Path, wanted: &[&str]) -> io::Result<ElfInfo> {
-    let file = fs::File::open(path)?;
-    // `osprey exec` asks this of every program a tree runs: the headers and
-    // the two symbol tables with their string tables are read with one
-    // `pread` each (a compiler's `cc1` is 30 MB; reading it through
-    // `object::ReadCache` cost one `read` and `lseek` per symbol name).
-    if let Some(info) = elf64::info(&file, wanted)? {
-        return Ok(info);
-    }
-    elf_info_object(path, file, wanted)
-}
-
-/// Python's entry points: a file that defines one is an interpreter.
-fn is_python_entry(name: &[u8]) -> bool {
-    matches!(name, b"Py_BytesMain" | b"Py_Initialize" | b"_PyRuntime" | b"PyEval_EvalCode")
-}
-
-/// [`elf_info`] through `object`, for what [`elf64`] does not read (32-bit
-/// or big-endian files, extended section numbering).
-fn elf_info_object(path: &Path, file: fs::File, wanted: &[&str]) -> io::Result<ElfInfo> {
-    // Only the ranges parsed are read (headers, symbol and string tables).
-    let data = object::ReadCache::new(file);
-    let file = object::File::parse(&data)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
-    let mut symbols = HashMap::new();
-    let mut defines_python = false;
-    for sym in file.dynamic_symbols().chain(file.symbols()) {
-        let Ok(name) = sym.name() else { continue };
-        if sym.is_undefined() {
-            continue;
-        }
-        if is_python_entry(name.as_bytes()) {
-            defines_python = true;
-        }
-        if (wanted.is_empty() || wanted.contains(&name)) && !symbols.contains_key(name) {
-            symbols.insert(name.to_string(), (sym.address(), sym.size()));
-        }
-    }
-    let first_load_vaddr = file.segments().map(|s| s.address()).min().unwrap_or(0);
-    let dynstr_needs_libpython = {
-        use object::ObjectSection;
-        file.section_by_name(".dynstr")
-            .and_then(|s| s.data().ok())
-            .map(|d| d.split(|&c| c == 0).any(|n| n.starts_with(b"libpython3")))
-            .unwrap_or(false)
-    };
-    Ok(ElfInfo { symbols, first_load_vaddr, dynstr_needs_libpython, defines_python })
-}
-
-/// A reader of little-endian ELF64 files (x86-64, aarch64) that reads each
-/// table it needs in one piece. It answers exactly as `object` does: the
-/// defined symbols of `.dynsym` then `.symtab` (the first of a name wins; a
-/// name that is not UTF-8 is skipped), the lowest `PT_LOAD` address, the
-/// `.dynstr` section found by name.
-mod elf64 {
-    use super::{is_python_entry, rd_u32, rd_u64, ElfInfo};
-    use std::collections::HashMap;
-    use std::fs::File;
-    use std::io;
-    use std::os::unix::fs::FileExt;
-
-    const SHT_SYMTAB: u32 = 2;
-    const SHT_NOBITS: u32 = 8;
-    const SHT_DYNSYM: u32 = 11;
-    const PT_LOAD: u32 = 1;
-    const SYM_SIZE: usize = 24;
-    /// Larger tables than this are not read (no real symbol table is).
-    const MAX_TABLE: u64 = 1 << 30;
-
-    fn rd_u16(b: &[u8], off: usize) -> u16 {
-        b.get(off..off + 2).map(|s| u16::from_le_bytes([s[0], s[1]])).unwrap_or(0)
-    }
-
-    fn bad(what: &str) -> io::Error {
-        io::Error::new(io::ErrorKind::InvalidData, what.to_string())
-    }
-
-    fn read_at(file: &File, off: u64, len: u64) -> io::Result<Vec<u8>> {
-        if len > MAX_TABLE {
-            return Err(bad("ELF table too large"));
-        }
-        let mut v = vec![0u8; len as usize];
-        file.read_exact_at(&mut v, off)?;
-        Ok(v)
-    }
-
-    struct Section {
-        name: u32,
-        kind: u32,
-        offset: u64,
-        size: u64,
-        link: u32,
-    }
-
-    impl Section {
-        fn data(&self, file: &File) -> io::Result<Vec<u8>> {
-            if self.kind == SHT_NOBITS {
-                return Ok(Vec::new());
-            }
-            read_at(file, self.offset, self.size)
-        }
-    }
-
-    /// None when the file is ELF but not one this reader handles.
-    pub(super) fn info(file: &File, wanted: &[&str]) -> io::Result<Option<ElfInfo>> {
-        let mut eh = [0u8; 64];
-        file.read_exact_at(&mut eh, 0).map_err(|_| bad("not an ELF file"))?;
-        if &eh[..4] != b"\x7fELF" {
-            return Err(bad("not an ELF file"));
-        }
-        if eh[4] != 2 || eh[5] != 1 {
-            return Ok(None);
-        }
-        let (phoff, shoff) = (rd_u64(&eh, 32), rd_u64(&eh, 40));
-        let (phentsize, phnum) = (rd_u16(&eh, 54) as u64, rd_u16(&eh, 56) as u64);
-        let (shentsize, shnum, shstrndx) = (rd_u16(&eh, 58) as u64, rd_u16(&eh, 60) as u64, rd_u16(&eh, 62));
-        // Extended numbering (more than 0xff00 sections or segments) is left to `object`.
-        if phnum == 0xffff || (shoff != 0 && shnum == 0) || shstrndx == 0xffff {
-            return Ok(None);
-        }
-        let mut first_load_vaddr = None::<u64>;
-        if phoff != 0 && phnum != 0 {
-            if phentsize < 56 {
-                return Err(bad("bad program header size"));
-            }
-            let ph = read_at(file, phoff, phentsize * phnum)?;
-            for i in 0..phnum as usize {
-                let h = &ph[i * phentsize as usize..];
-                if rd_u32(h, 0) == PT_LOAD {
-                    let v = rd_u64(h, 16);
-                    first_load_vaddr = Some(first_load_vaddr.map_or(v, |f| f.min(v)));
-                }
-            }
-        }
-        let mut sections = Vec::new();
-        if shoff != 0 {
-            if shentsize < 64 {
-                return Err(bad("bad section header size"));
-            }
-            let sh = read_at(file, shoff, shentsize * shnum)?;
-            for i in 0..shnum as usize {
-                let h = &sh[i * shentsize as usize..];
-                sections.push(Section {
-                    name: rd_u32(h, 0),
-                    kind: rd_u32(h, 4),
-                    offset: rd_u64(h, 24),
-                    size: rd_u64(h, 32),
-                    link: rd_u32(h, 40),
-                });
-            }
-        }
-        let mut symbols = HashMap::new();
-        let mut defines_python = false;
-        let mut dynstr_seen: Option<(usize, Vec<u8>)> = None;
-        for kind in [SHT_DYNSYM, SHT_SYMTAB] {
-            // `object` takes the first table of each kind.
-            let Some(table) = sections.iter().find(|s| s.kind == kind) else { continue };
-            let Some(strtab) = sections.get(table.link as usize) else { return Err(bad("bad symbol string table")) };
-            let (syms, strs) = (table.data(file)?, strtab.data(file)?);
-            for sym in syms.chunks_exact(SYM_SIZE) {
-                if rd_u16(sym, 6) == 0 {
-                    continue; // SHN_UNDEF
-                }
-                let at = rd_u32(sym, 0) as usize;
-                let Some(rest) = strs.get(at..) else { continue };
-                let name = &rest[..rest.iter().position(|&c| c == 0).unwrap_or(rest.len())];
-                if rest.len() == name.len() {
-                    continue; // unterminated: `object` fails on it
-                }
-                if is_python_entry(name) {
-                    defines_python = true;
-                }
-                let Ok(name) = std::str::from_utf8(name) else { continue };
-                if (wanted.is_empty() || wanted.contains(&name)) && !symbols.contains_key(name) {
-                    symbols.insert(name.to_string(), (rd_u64(sym, 8), rd_u64(sym, 16)));
-                }
-            }
-            if kind == SHT_DYNSYM {
-                dynstr_seen = Some((table.link as usize, strs));
-            }
-        }
-        // `.dynstr` by name, as `object` finds it; almost always `.dynsym`'s link.
-        let names = match sections.get(shstrndx as usize) {
-            Some(s) if shstrndx != 0 => s.data(file)?,
-            _ => Vec::new(),
-        };
-        let name_of = |s: &Section| -> &[u8] {
-            let rest = names.get(s.name as usize..).unwrap_or(&[]);
-            &rest[..rest.iter().position(|&c| c == 0).unwrap_or(rest.len())]
-        };
-        let needs = |d: &[u8]| d.split(|&c| c == 0).any(|n| n.starts_with(b"libpython3"));
-        let dynstr = sections.iter().position(|s| name_of(s) == b".dynstr");
-        let dynstr_needs_libpython = match (dynstr, &dynstr_seen) {
-            (Some(i), Some((seen, d))) if i == *seen => needs(d),
-            // Unreadable counts as absent, as with `object`.
-            (Some(i), _) => sections[i].data(file).is_ok_and(|d| needs(&d)),
-            (None, _) => false,
-        };
-        Ok(Some(ElfInfo {
-            symbols,
-            first_load_vaddr: first_load_vaddr.unwrap_or(0),
-            dynstr_needs_libpython,
-            defines_python,
-        }))
-    }
-}
-
 /// Loads module `path` as mapped in `maps`, with the `wanted` symbols.
 pub(crate) fn load_module(pid: i32, maps: &[MapEntry], path: &str, wanted: &[&str]) -> io::Result<Module> {
     let entries: Vec<&MapEntry> = maps.iter().filter(|m| m.path == path).collect();
@@ -398,7 +181,7 @@ pub(crate) fn load_module(pid: i32, maps: &[MapEntry], path: &str, wanted: &[&st
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{path} not mapped")))?;
     let start = entries.iter().map(|m| m.start).min().unwrap_or(first);
     let end = entries.iter().map(|m| m.end).max().unwrap_or(first);
-    let info = elf_info(&target_path(pid, path), wanted)?;
+    let info = super::elf::elf_info(&target_path(pid, path), wanted)?;
     let bias = first.wrapping_sub(info.first_load_vaddr & !0xfff);
     let symbols = info.symbols.into_iter().map(|(k, (a, s))| (k, (a.wrapping_add(bias), s))).collect();
     Ok(Module {
@@ -414,11 +197,9 @@ pub(crate) fn load_module(pid: i32, maps: &[MapEntry], path: &str, wanted: &[&st
 /// Runtime address and size of section `name` of module `path` (mapped in
 /// `maps`), None if the file has no such section.
 pub(crate) fn section_in(pid: i32, maps: &[MapEntry], path: &str, name: &str) -> io::Result<Option<(u64, u64)>> {
-    use object::ObjectSection;
     let m = load_module(pid, maps, path, &[name])?;
-    let data = fs::read(target_path(pid, path))?;
-    let file = object::File::parse(&*data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-    Ok(file.section_by_name(name).map(|s| (s.address().wrapping_add(m.bias), s.size())))
+    let found = super::elf::section(&target_path(pid, path), name)?;
+    Ok(found.map(|(addr, size)| (addr.wrapping_add(m.bias), size)))
 }
 
 /// Executable path of the process.
@@ -469,31 +250,6 @@ mod tests {
         assert_eq!(m[1].path, "");
         assert!(is_libpython_name("libpython3.12.so.1.0"));
         assert!(!is_libpython_name("libpython2.7.so.1.0"));
-    }
-
-    /// The one-piece reader answers as `object` does, on files with and
-    /// without `.symtab`, with and without a libpython dependency.
-    #[test]
-    fn elf64_reader_agrees_with_object() {
-        let me = std::env::current_exe().unwrap();
-        let mut files = vec![me.clone()];
-        for p in ["/bin/true", "/bin/sh", "/usr/bin/python3", "/usr/lib/x86_64-linux-gnu/libc.so.6"] {
-            if Path::new(p).exists() {
-                files.push(Path::new(p).canonicalize().unwrap());
-            }
-        }
-        for f in &files {
-            for wanted in [&[][..], &["Py_BytesMain", "main", "malloc"][..]] {
-                let ours = elf64::info(&fs::File::open(f).unwrap(), wanted).unwrap().expect("ELF64 LE");
-                let theirs = elf_info_object(f, fs::File::open(f).unwrap(), wanted).unwrap();
-                assert_eq!(ours.symbols, theirs.symbols, "{}", f.display());
-                assert_eq!(ours.first_load_vaddr, theirs.first_load_vaddr, "{}", f.display());
-                assert_eq!(ours.dynstr_needs_libpython, theirs.dynstr_needs_libpython, "{}", f.display());
-                assert_eq!(ours.defines_python, theirs.defines_python, "{}", f.display());
-            }
-        }
-        let e = elf_info(Path::new("/proc/self/status"), &[]).err().unwrap();
-        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
     }
 
     #[test]

@@ -533,7 +533,7 @@ pub fn is_cpython_executable(path: &Path) -> bool {
             return known;
         }
     }
-    let Ok(info) = process::elf_info(path, &["Py_BytesMain"]) else { return false };
+    let Ok(info) = crate::remote::elf::elf_info(path, &["Py_BytesMain"]) else { return false };
     let cpython = info.dynstr_needs_libpython || info.defines_python;
     if let Some(k) = key {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
