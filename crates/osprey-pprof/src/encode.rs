@@ -322,8 +322,9 @@ impl<'a> Encoder<'a> {
 fn process_labels(pid: i32) -> Vec<super::Label> {
     let pid = if pid > 0 { pid } else { std::process::id() as i32 };
     let mut out = vec![super::Label { key: "pid".into(), value: LabelValue::Num(pid as i64) }];
-    if let Ok(name) = std::fs::read_to_string(proc_dir(pid).join("comm")) {
-        out.push(super::Label { key: "process".into(), value: LabelValue::Str(name.trim_end().to_string()) });
+    if let Ok(name) = osprey_procfs::read_file(&proc_dir(pid).join("comm")) {
+        let name = String::from_utf8_lossy(&name).trim_end().to_string();
+        out.push(super::Label { key: "process".into(), value: LabelValue::Str(name) });
     }
     out
 }

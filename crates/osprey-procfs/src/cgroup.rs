@@ -122,7 +122,8 @@ fn pod_uid(part: &str) -> Option<PodUid> {
 
 /// Reads `/proc/<pid>/cgroup` (`/proc/self/cgroup` for `pid <= 0`).
 pub fn read(pid: i32) -> io::Result<String> {
-    std::fs::read_to_string(crate::proc_dir(pid).join("cgroup"))
+    String::from_utf8(crate::read_file(&crate::proc_dir(pid).join("cgroup"))?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]

@@ -186,7 +186,7 @@ impl<'a> Iterator for Entries<'a> {
 /// The contents of `/proc/<pid>/maps` (`pid <= 0`: this process). Fails if
 /// it is unreadable (e.g. the process is gone).
 pub fn read(pid: i32) -> io::Result<Vec<u8>> {
-    std::fs::read(crate::proc_dir(pid).join("maps"))
+    crate::read_file(&crate::proc_dir(pid).join("maps"))
 }
 
 #[cfg(test)]

@@ -121,13 +121,13 @@ impl<'a> Stat<'a> {
 
 /// The contents of `/proc/<pid>/stat` (`pid <= 0`: this process).
 pub fn read(pid: i32) -> io::Result<Vec<u8>> {
-    std::fs::read(crate::proc_dir(pid).join("stat"))
+    crate::read_file(&crate::proc_dir(pid).join("stat"))
 }
 
 /// The contents of `/proc/<pid>/task/<tid>/stat` (`pid <= 0`: this process):
 /// one thread's own CPU times, where the process's `stat` sums its threads'.
 pub fn read_task(pid: i32, tid: i32) -> io::Result<Vec<u8>> {
-    std::fs::read(crate::proc_dir(pid).join(format!("task/{tid}/stat")))
+    crate::read_file(&crate::proc_dir(pid).join(format!("task/{tid}/stat")))
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ impl Deployment {
     /// cannot be read is missing.
     pub fn of(pid: i32) -> Deployment {
         let cgroup = osprey_procfs::cgroup::read(pid).unwrap_or_default();
-        let environ = std::fs::read(osprey_procfs::proc_dir(pid).join("environ")).unwrap_or_default();
+        let environ = osprey_procfs::read_file(&osprey_procfs::proc_dir(pid).join("environ")).unwrap_or_default();
         Deployment::parse(&cgroup, &environ)
     }
 

@@ -70,7 +70,7 @@ pub fn native(pid: i32) -> Vec<Value> {
 }
 
 fn environ(pid: i32, key: &str) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let env = osprey_procfs::read_file(std::path::Path::new(&format!("/proc/{pid}/environ"))).ok()?;
     env.split(|b| *b == 0).find_map(|kv| {
         let kv = String::from_utf8_lossy(kv);
         kv.strip_prefix(&format!("{key}=")).map(str::to_string)
@@ -194,7 +194,7 @@ pub fn python(pid: i32) -> Vec<Value> {
         out.push(entry("library", &name, &version, paths));
     }
     // The program: the script's directory (argv after the interpreter's options).
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = osprey_procfs::read_file(std::path::Path::new(&format!("/proc/{pid}/cmdline"))).unwrap_or_default();
     let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
     let script = args.iter().skip(1).find(|a| !a.starts_with('-') && !a.is_empty());
     let modflag = args.iter().skip(1).any(|a| a == "-m" || a == "-c");

@@ -385,7 +385,8 @@ fn status_mask_has(tid: i32, field: &str, signal: i32) -> Option<bool> {
     if signal <= 0 {
         return Some(false);
     }
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let s = osprey_procfs::read_file(std::path::Path::new(&format!("/proc/self/task/{tid}/status"))).ok()?;
+    let s = String::from_utf8_lossy(&s);
     let mask = s.lines().find_map(|l| l.strip_prefix(field))?;
     let mask = u64::from_str_radix(mask.trim(), 16).ok()?;
     Some(mask & (1 << (signal - 1)) != 0)
@@ -399,7 +400,8 @@ pub fn thread_running(tid: i32) -> bool {
 
 /// The thread's name from `/proc/self/task/TID/comm` (empty if gone).
 pub fn thread_name(tid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default()
+    let comm = osprey_procfs::read_file(std::path::Path::new(&format!("/proc/self/task/{tid}/comm")));
+    comm.map(|s| String::from_utf8_lossy(&s).trim_end().to_string()).unwrap_or_default()
 }
 
 /// Stack mapping `[lo, hi)` of the calling thread (pthread_getattr_np; the
