@@ -69,6 +69,16 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
             context::set(black_box(i), black_box(42));
         })
     });
+    // What the loop around `set_trace` costs without the call: its counter
+    // and its arguments through `black_box` (each a store and a load), to
+    // subtract from the figures of the two `set`s.
+    g.bench_function("arguments of set_trace, no call", |b| {
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            let trace = black_box(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736 ^ i as u128);
+            black_box(trace as u64 ^ black_box(i) ^ black_box(42u64))
+        })
+    });
     g.bench_function("set_trace(trace, span, flags, root)", |b| {
         b.iter(|| {
             i = i.wrapping_add(1);
