@@ -17,7 +17,9 @@ pub mod cgroup;
 pub mod maps;
 pub mod stat;
 
-use std::io::{self, Read};
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// What `/proc` files are read with first: most fit (`maps` of a small
@@ -28,20 +30,39 @@ const FIRST_READ: usize = 4096;
 /// `std::fs::read` (and `File::read_to_end`) would ask their size (`statx`,
 /// `lseek`) and read from 32 bytes up, doubling; this reads [`FIRST_READ`]
 /// bytes first: open, one or two reads, close.
+///
+/// The descriptor is a raw one, held for microseconds and closed without a
+/// check: the profiled program may close every descriptor at any time
+/// (`close_range`, daemonizing), and a `File` closed under it aborts a
+/// debug build (std's check of the descriptor at drop).
 pub fn read_file(path: &Path) -> io::Result<Vec<u8>> {
-    let mut f = std::fs::File::open(path)?;
+    let path = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
     let (mut buf, mut len) = (vec![0u8; FIRST_READ], 0);
-    loop {
+    let read = loop {
         if len == buf.len() {
             buf.resize(2 * len, 0);
         }
-        match f.read(&mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+        // SAFETY: writes at most the buffer's free length, at its free part.
+        let n = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+        if n == 0 {
+            break Ok(());
+        } else if n > 0 {
+            len += n as usize;
+        } else {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                break Err(e);
+            }
         }
-    }
+    };
+    // SAFETY: the descriptor opened above; an error (closed meanwhile) is moot.
+    unsafe { libc::close(fd) };
+    read?;
     buf.truncate(len);
     Ok(buf)
 }

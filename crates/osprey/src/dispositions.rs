@@ -75,9 +75,9 @@ pub fn signal_pending_anywhere(signal: i32) -> bool {
     }
     let bit = 1u64 << (signal - 1);
     let pending = |path: &std::path::Path| -> bool {
-        std::fs::read_to_string(path)
+        osprey_procfs::read_file(path)
             .map(|s| {
-                s.lines().any(|l| {
+                String::from_utf8_lossy(&s).lines().any(|l| {
                     (l.starts_with("SigPnd:") || l.starts_with("ShdPnd:"))
                         && u64::from_str_radix(l[7..].trim(), 16).is_ok_and(|m| m & bit != 0)
                 })
