@@ -26,7 +26,8 @@
 //! stack ran in; so does one not stopped whose read took over [`MAX_GAP`]
 //! (the sampler preempted): a freed HAMT's memory is soon reused for the
 //! next one of the same size, and enough time lets the thread reach a
-//! state that reads the same. The sampler then reads stack and span again. What does not change is kept for the process, not per thread (the
+//! state that reads the same. The sampler then reads stack and span
+//! again. What does not change is kept for the process, not per thread (the
 //! variable, the key objects, the verified classes): every thread shares
 //! them. Until the module is found, `sys.modules`' new keys are looked at
 //! when its size changed (checked every [`POLL`], two reads), all of them
