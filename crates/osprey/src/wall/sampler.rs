@@ -19,7 +19,10 @@
 //!   favour the running state. Ticks late by more than [`MAX_BEHIND_NS`]
 //!   are dropped from the timeline (that time is not accounted).
 //! - A blocked thread is sampled here, from `/proc` and a copy of its stack
-//!   ([`super::blocked`]), never signalled.
+//!   ([`super::blocked`]), never signalled. One whose CPU clock has not
+//!   advanced since its last consistent blocked sample has not run since:
+//!   its stack and state are that sample's, reused without reading `/proc`
+//!   or its stack (most threads of a server are idle most of the time).
 //! - A running thread is never signalled either: its weight is added to its
 //!   record's `wall_pending_ns`, which its next CPU-clock sample records
 //!   with that sample's stack (`signal::wall`). While running, wall time and
@@ -33,10 +36,12 @@
 use super::blocked::{self, Blocked, Buffers};
 use super::proc::ReadError;
 use super::thread_state;
+use crate::cpu_clock::thread_cpu_ns;
 use crate::record::{ContextSnapshot, Record, RecordState};
 use crate::registry::Registry;
 use crate::signal::{sys, STATE};
 use crate::threads::{is_internal, list_threads};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 /// How often the thread list is re-read.
@@ -72,6 +77,8 @@ pub struct Counters {
     pub unreadable: AtomicU64,
     /// Running threads accounted without a stack (no CPU clock).
     pub unclocked: AtomicU64,
+    /// Blocked samples reused from the thread's previous one (it had not run).
+    pub reused: AtomicU64,
 }
 
 /// The process's wall-sampler counters.
@@ -84,6 +91,7 @@ pub static COUNTERS: Counters = Counters {
     inconsistent: AtomicU64::new(0),
     unreadable: AtomicU64::new(0),
     unclocked: AtomicU64::new(0),
+    reused: AtomicU64::new(0),
 };
 
 /// A wall sample taken off the signal path, for the aggregator: `frames`
@@ -119,6 +127,17 @@ pub struct Sampler {
     stopped: bool,
     /// xorshift state of the tick jitter.
     jitter: u64,
+    /// Each listed thread's last consistent blocked sample.
+    last: HashMap<i32, Last>,
+}
+
+/// A blocked sample kept for reuse while its thread does not run.
+struct Last {
+    /// The thread's CPU clock, read before the sample.
+    cpu_ns: u64,
+    frames: Vec<u64>,
+    truncated: bool,
+    state: u16,
 }
 
 impl Sampler {
@@ -136,6 +155,7 @@ impl Sampler {
             buf: Buffers::new(depth),
             stopped: false,
             jitter: sys::monotonic_ns() | 1,
+            last: HashMap::new(),
         }
     }
 
@@ -176,6 +196,8 @@ impl Sampler {
             match list_threads() {
                 Ok(mut t) => {
                     t.retain(|&tid| !is_internal(tid));
+                    t.sort_unstable();
+                    self.last.retain(|tid, _| t.binary_search(tid).is_ok());
                     self.tids = t;
                     self.listed_ns = Some(now);
                 }
@@ -202,11 +224,22 @@ impl Sampler {
     fn sample(&mut self, reg: &Registry, add: &mut dyn FnMut(Taken<'_>), tid: i32, weight: u64) -> Result<(), String> {
         let rec = reg.lookup(tid).map(|(_, r)| r).filter(|r| r.state() == RecordState::Claimed);
         let (lo, hi) = rec.map_or((0, 0), |r| (r.stack_lo.load(Relaxed) as u64, r.stack_hi.load(Acquire) as u64));
-        let outcome = blocked::sample(tid, lo, hi, &mut self.buf);
         let context = rec.and_then(|r| r.context.read()).unwrap_or_default();
         let mut add = |frames: &[u64], truncated: bool, state: u16, ns: u64| {
             add(Taken { tid, frames, truncated, ns, state, context })
         };
+        // Invariant: a thread's CPU clock advances whenever it runs, so an
+        // equal reading means its registers and stack are those of `last`
+        // (one woken but not yet on a CPU is still counted in its wait).
+        let cpu_ns = thread_cpu_ns(tid);
+        if let Some(l) = self.last.get(&tid).filter(|l| Some(l.cpu_ns) == cpu_ns) {
+            COUNTERS.blocked.fetch_add(1, Relaxed);
+            COUNTERS.reused.fetch_add(1, Relaxed);
+            add(&l.frames, l.truncated, l.state, weight);
+            return Ok(());
+        }
+        self.last.remove(&tid);
+        let outcome = blocked::sample(tid, lo, hi, &mut self.buf);
         match outcome {
             Ok(Blocked::Sample { walk, nr }) => {
                 COUNTERS.blocked.fetch_add(1, Relaxed);
@@ -215,7 +248,12 @@ impl Sampler {
                     COUNTERS.truncated.fetch_add(1, Relaxed);
                 }
                 let frames = self.buf.frames.get(..walk.len).unwrap_or(&[]);
-                add(frames, walk.truncated, thread_state::in_syscall(nr), weight);
+                let state = thread_state::in_syscall(nr);
+                add(frames, walk.truncated, state, weight);
+                if let Some(cpu_ns) = cpu_ns {
+                    let last = Last { cpu_ns, frames: frames.to_vec(), truncated: walk.truncated, state };
+                    self.last.insert(tid, last);
+                }
             }
             Ok(Blocked::Running) => {
                 COUNTERS.running.fetch_add(1, Relaxed);
@@ -264,4 +302,62 @@ fn leave_to_clock(rec: Option<&Record>, weight: u64) -> u64 {
         return rec.wall_pending_ns.swap(0, Relaxed);
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::RegistryConfig;
+    use std::time::Duration;
+
+    /// The state of `tid` in its samples over `ticks` ticks, with how many
+    /// of them were reused.
+    fn states_of(s: &mut Sampler, reg: &Registry, tid: i32, ticks: usize) -> (Vec<u16>, u64) {
+        let reused = COUNTERS.reused.load(Relaxed);
+        let mut states = vec![];
+        for _ in 0..ticks {
+            s.tick(reg, &mut |t| {
+                if t.tid == tid {
+                    states.push(t.state)
+                }
+            });
+        }
+        (states, COUNTERS.reused.load(Relaxed) - reused)
+    }
+
+    /// A thread that stays blocked is read once and reused; once it wakes
+    /// (its CPU clock moves), it is read again and shows its new wait.
+    #[test]
+    fn a_sample_is_reused_only_while_its_thread_does_not_run() {
+        let reg = Registry::get_or_init(RegistryConfig::default()).unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: valid out array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            tx.send(sys::gettid()).unwrap();
+            let mut b = [0u8; 1];
+            // SAFETY: reading one byte into a local buffer from our pipe.
+            unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) };
+            std::thread::sleep(Duration::from_secs(3));
+        });
+        let tid = rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut s = Sampler::new(100, 1024);
+        let (before, reused) = states_of(&mut s, reg, tid, 5);
+        assert_eq!(before, vec![thread_state::in_syscall(libc::SYS_read); 5]);
+        assert!(reused >= 4, "{reused} of 5 samples of a blocked thread reused");
+        // SAFETY: writing one byte to our pipe.
+        assert_eq!(unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) }, 1);
+        std::thread::sleep(Duration::from_millis(100));
+        let (after, _) = states_of(&mut s, reg, tid, 5);
+        let sleeping = thread_state::in_syscall(libc::SYS_clock_nanosleep);
+        assert_eq!(after, vec![sleeping; 5], "the wait after the wake-up");
+        h.join().unwrap();
+        // SAFETY: our pipe's descriptors.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
 }
