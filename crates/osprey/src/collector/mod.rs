@@ -122,6 +122,9 @@ fn run(agent: &'static Agent) {
             let unannounced = discovery.scan(reg);
             aggregator.note_threads(&unannounced);
             reg.grow_if_low();
+            if let Some(e) = crate::cpu_clock::take_perf_refusal() {
+                crate::say!("osprey: a perf CPU clock was refused ({e}); POSIX timers serve those threads, with fewer samples above {} Hz and the same CPU time", crate::cpu_clock::TIMER_MAX_HZ);
+            }
             next_scan = now + discovery.next_interval(cfg.scan_interval);
         }
         if let Some(w) = wall.as_mut().filter(|_| now >= next_wall) {
