@@ -2,14 +2,21 @@
 //! period for the whole tree instead of one per process.
 //!
 //! Every agent of the tree (and every Python sampler of `osprey exec`)
-//! writes its profiles as usual, but into `OUT/.osprey-spool-<pid>-<start>/`
+//! writes its profiles into `OUT/.osprey-spool-<pid>-<start>/`
 //! (`OSPREY_OUT` points there); each period `osprey exec` merges what is
 //! there into one file in `OUT` (samples keep their `pid`/`process` labels)
 //! and deletes the parts.
 //!
+//! Agents append their profiles to the spool's journal
+//! (`osprey_pprof::journal`: no file per process); CPython samplers write
+//! files. Both are parts.
+//!
 //! Invariants:
-//! - a part is complete or absent (agents publish by hard link), so a child
+//! - a part is complete or absent (files are published by hard link; a
+//!   journal record torn by its writer's death is skipped), so a child
 //!   killed by SIGKILL loses only the period it had not written;
+//! - a sealed journal is read and deleted under its exclusive lock, so no
+//!   record lands in it after it was read;
 //! - parts are deleted only once the merged file is synced and linked under
 //!   its name; the name is recorded in `.commit` (with the parts) before the
 //!   link, so a crash between the link and the deletions is finished by the
@@ -56,6 +63,17 @@ impl Spool {
         let parts = self.parts()?;
         let mut profiles = Vec::with_capacity(parts.len());
         let mut merged_parts = Vec::with_capacity(parts.len());
+        // Sealed journals stay locked (no writer adds to them) until deleted.
+        let journals = self.journals()?;
+        for j in &journals {
+            for record in &j.records {
+                match osprey_pprof::read::decode(record) {
+                    Ok(profile) => profiles.push(profile),
+                    Err(_) => self.keep_unreadable(record)?,
+                }
+            }
+            merged_parts.push(j.path().to_path_buf());
+        }
         for p in parts {
             match osprey_pprof::read_profile(&p) {
                 Ok(profile) => {
@@ -80,8 +98,22 @@ impl Spool {
         for p in &merged_parts {
             std::fs::remove_file(p)?;
         }
+        drop(journals);
         let _ = std::fs::remove_file(self.dir.join(COMMIT));
         Ok(file)
+    }
+
+    /// Seals the parts journal and reads every sealed one, oldest first.
+    fn journals(&self) -> io::Result<Vec<osprey_pprof::journal::Sealed>> {
+        osprey_pprof::journal::seal(&self.dir)?;
+        osprey_pprof::journal::sealed(&self.dir)?.iter().map(|p| osprey_pprof::journal::Sealed::open(p)).collect()
+    }
+
+    /// A complete record that is not a profile goes to the output directory
+    /// as a file of its own, as an unreadable part does.
+    fn keep_unreadable(&self, record: &[u8]) -> io::Result<()> {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        std::fs::write(self.out.join(format!("osprey-unreadable-{nanos}.pb")), record)
     }
 
     /// Merges what is left and removes the spool (unless a process still
@@ -233,6 +265,32 @@ mod tests {
         let dir = spool.path().to_path_buf();
         assert_eq!(spool.close(7).unwrap(), None);
         assert!(!dir.exists());
+        assert_eq!(crate::hints::profile_files(&out).len(), 2);
+    }
+
+    /// Profiles appended to the journal (what the agents of a tree do) merge
+    /// with file parts into one file; the sealed journal goes with them,
+    /// and a record appended after the merge waits for the next one.
+    #[test]
+    fn journal_records_merge_with_file_parts() {
+        let out = osprey_testkit::tempdir("spool-journal");
+        let spool = Spool::create(&out).unwrap();
+        let append = |stacks: &[(&str, i64)]| {
+            let data = osprey_testkit::profile::folded(stacks);
+            osprey_pprof::write_profile_with(spool.path(), &data, Vec::new, true).unwrap()
+        };
+        append(&[("main;a", 2)]);
+        append(&[("main;b", 3)]);
+        part(&spool, &[("main;c", 4)]);
+        let merged = spool.merge(7).unwrap().expect("a merged file");
+        let p = osprey_pprof::read_profile(&merged).unwrap();
+        assert_eq!(p.sample.iter().map(|s| s.value[0]).sum::<i64>(), 9);
+        let left: Vec<_> = std::fs::read_dir(spool.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "left in the spool: {left:?}");
+        append(&[("main;d", 5)]);
+        let next = spool.close(7).unwrap().expect("the later record merged");
+        let p = osprey_pprof::read_profile(&next).unwrap();
+        assert_eq!(p.sample.iter().map(|s| s.value[0]).sum::<i64>(), 5);
         assert_eq!(crate::hints::profile_files(&out).len(), 2);
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Invariants: a file named `osprey-<pid>-<UTC yyyymmddTHHMMSSZ>-<seq>.pb.gz`
 //! is always complete (it is written under a dot-prefixed temporary name in
-//! the same directory, synced unless [`Pending::unsynced`], then hard-linked
+//! the same directory, synced, then hard-linked
 //! under its name); `seq` comes from a process-wide counter, so two writes
 //! in the same second get different names, and an existing file is never
 //! replaced (an `exec`ed image of the same pid counts from 0 again).
@@ -63,7 +63,6 @@ pub struct Pending {
     dir: PathBuf,
     tmp: PathBuf,
     gz: Option<GzEncoder<fs::File>>,
-    sync: bool,
 }
 
 impl Pending {
@@ -72,28 +71,17 @@ impl Pending {
         fs::create_dir_all(dir)?;
         let tmp = dir.join(format!(".osprey-{}-{}.tmp", std::process::id(), TMP_SEQ.fetch_add(1, Ordering::Relaxed)));
         let gz = GzEncoder::new(fs::File::create(&tmp)?, Compression::default());
-        Ok(Pending { dir: dir.to_path_buf(), tmp, gz: Some(gz), sync: true })
+        Ok(Pending { dir: dir.to_path_buf(), tmp, gz: Some(gz) })
     }
 
-    /// Published without `fsync`: for a file another live process reads
-    /// back and syncs in its own output (a spool part). Still complete or
-    /// absent under its name; it outlives its writer, not a machine crash.
-    pub fn unsynced(mut self) -> Pending {
-        self.sync = false;
-        self
-    }
-
-    /// Writes `bytes` gzipped, syncs (unless [`Pending::unsynced`]), and links the file under the name of a
-    /// profile of `pid` written now.
+    /// Writes `bytes` gzipped, syncs, and links the file under the name of
+    /// a profile of `pid` written now.
     pub fn publish(mut self, pid: i32, bytes: &[u8]) -> io::Result<PathBuf> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
         let name = file_name(pid, now, SEQ.fetch_add(1, Ordering::Relaxed));
         let Some(mut gz) = self.gz.take() else { return Err(io::Error::other("profile file already published")) };
         gz.write_all(bytes)?;
-        let file = gz.finish()?;
-        if self.sync {
-            file.sync_all()?;
-        }
+        gz.finish()?.sync_all()?;
         link_unique(&self.tmp, &self.dir, pid, now, name)
     }
 }

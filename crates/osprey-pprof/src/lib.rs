@@ -11,6 +11,7 @@
 //! | [`symbolize`] | native addresses -> functions, files, lines (blazesym) |
 //! | [`encode`] | [`ProfileData`] -> [`pprof::Profile`] |
 //! | [`file`](mod@file) | file names, gzip, write-then-rename |
+//! | [`journal`] | the append-only parts file of a `--children` tree's spool |
 //! | [`read`] | reading pprof files back |
 //! | [`check`] | what makes decoded bytes a profile |
 //! | [`frames`] | a sample's stack as functions, files, lines |
@@ -27,6 +28,7 @@ pub mod encode;
 mod error;
 pub mod file;
 pub mod frames;
+pub mod journal;
 pub mod maps;
 pub mod merge;
 pub mod pprof;
@@ -159,18 +161,19 @@ pub fn write_profile_late(
     write_profile_with(dir, data, late, true)
 }
 
-/// As [`write_profile_late`]; `sync: false` publishes the file without
-/// `fsync` (see [`file::Pending::unsynced`]).
+/// As [`write_profile_late`]; `spool: true` appends the profile to the
+/// journal of spool `dir` (see [`journal`]) instead of writing a file.
 pub fn write_profile_with(
     dir: &std::path::Path,
     data: &ProfileData,
     late: impl FnOnce() -> Vec<Sample>,
-    sync: bool,
+    spool: bool,
 ) -> std::io::Result<std::path::PathBuf> {
-    let mut pending = file::Pending::create(dir)?;
-    if !sync {
-        pending = pending.unsynced();
+    if spool {
+        let profile = to_pprof_late(data, late);
+        return journal::append(dir, &prost::Message::encode_to_vec(&profile));
     }
+    let pending = file::Pending::create(dir)?;
     let profile = to_pprof_late(data, late);
     pending.publish(data.pid, &prost::Message::encode_to_vec(&profile))
 }

@@ -110,12 +110,12 @@ pub struct UploadConfig {
     pub otlp: Option<Endpoint>,
     /// Local pprof files go here (None: none written).
     pub out: Option<PathBuf>,
-    /// Files in `out` are synced before they are published. The agent
-    /// turns it off when `out` is the spool of a live `osprey exec
-    /// --children` (its `spool` setting), which merges them and syncs what
-    /// it writes: a part then survives its writer's SIGKILL (page cache),
-    /// not a machine crash.
-    pub out_sync: bool,
+    /// `out` is the spool of a live `osprey exec --children` (the agent's
+    /// `spool` setting): profiles are appended to its journal
+    /// (`osprey_pprof::journal`), unsynced, instead of written as files;
+    /// `exec` merges them and syncs what it writes. A part then survives
+    /// its writer's SIGKILL (page cache), not a machine crash.
+    pub out_spool: bool,
     /// Per HTTP request.
     pub timeout: Duration,
     /// At most this long at exit to send what is queued.
@@ -148,7 +148,7 @@ impl Default for UploadConfig {
             pyroscope: None,
             otlp: None,
             out: Some(PathBuf::from("profiles")),
-            out_sync: true,
+            out_spool: false,
             timeout: Duration::from_secs(10),
             exit_wait: Duration::from_secs(5),
             queue_profiles: 5,

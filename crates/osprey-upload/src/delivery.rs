@@ -58,10 +58,11 @@ impl Delivery {
         late: impl FnOnce() -> Vec<osprey_pprof::Sample>,
     ) -> std::io::Result<Option<PathBuf>> {
         // The file is created first: its cost falls before `late` measures.
-        let mut pending = self.cfg.out.as_deref().map(osprey_pprof::file::Pending::create).transpose()?;
-        if !self.cfg.out_sync {
-            pending = pending.map(osprey_pprof::file::Pending::unsynced);
-        }
+        let spool = self.cfg.out.as_deref().filter(|_| self.cfg.out_spool);
+        let pending = match self.cfg.out.as_deref() {
+            Some(dir) if spool.is_none() => Some(osprey_pprof::file::Pending::create(dir)?),
+            _ => None,
+        };
         let mut profile = osprey_pprof::to_pprof_late(data, late);
         let mut comments = Vec::new();
         if !data.comments.iter().any(|c| c.starts_with("runtime-id=")) {
@@ -73,7 +74,11 @@ impl Delivery {
         }
         crate::add_comments(&mut profile, &comments);
         let bytes = prost::Message::encode_to_vec(&profile);
-        let written = pending.map(|p| p.publish(data.pid, &bytes)).transpose()?;
+        let written = match (pending, spool) {
+            (Some(p), _) => Some(p.publish(data.pid, &bytes)?),
+            (None, Some(dir)) => Some(osprey_pprof::journal::append(dir, &bytes)?),
+            (None, None) => None,
+        };
         if let Some(u) = &self.uploader {
             u.submit(bytes, data.start_realtime_ns, data.start_realtime_ns + data.duration_ns);
         }

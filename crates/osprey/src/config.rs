@@ -230,7 +230,7 @@ impl Config {
                     get(k)
                 })
                 .map_err(|e| Error::config("delivery", e.to_string()))?;
-            up.out_sync = !c.spool;
+            up.out_spool = c.spool;
             if let Some(dir) = &up.out {
                 c.out_dir = dir.clone();
             }
@@ -364,9 +364,9 @@ mod tests {
     #[test]
     fn spool_turns_off_the_delivery_files_sync() {
         let files = [("OSPREY_FILES", "1")];
-        assert!(env(&files).unwrap().upload.unwrap().out_sync);
+        assert!(!env(&files).unwrap().upload.unwrap().out_spool);
         let c = env(&[files[0], ("OSPREY_SPOOL", "1")]).unwrap();
-        assert!(c.spool && !c.upload.unwrap().out_sync);
+        assert!(c.spool && c.upload.unwrap().out_spool);
         assert!(env(&[("OSPREY_SPOOL", "sure")]).unwrap_err().contains("OSPREY_SPOOL"));
     }
 }

@@ -328,7 +328,7 @@ impl Discovery {
                 self.checked.contains_key(&tid),
                 period,
             ) {
-                if signal_blocked(tid, signal) == Some(true) {
+                if blocks_signal(reg, tid, signal) {
                     cpu_clock::disarm(rec);
                     rec.blocked.store(1, Relaxed);
                     // All it used since its last sample (or its registration), which
@@ -363,6 +363,29 @@ impl Discovery {
         self.checked_once = true;
         self.uncharged_at_check = uncharged_ns().map(|u| (u, sys::monotonic_ns()));
     }
+}
+
+/// Whether thread `tid` blocks `signal`, as opposed to running our handler
+/// (which masks the signal while it runs: a thread sampled at a high rate by
+/// a slow handler shows it masked much of the time). A read of its mask
+/// counts only with no handler of ours running on the thread before and
+/// after it (one running proves the signal is delivered); two such reads
+/// 200 µs apart must agree.
+fn blocks_signal(reg: &Registry, tid: i32, signal: i32) -> bool {
+    let in_handler = || reg.handler_depth(tid).is_some_and(|d| d.load(Acquire) > 0);
+    for attempt in 0..2 {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if in_handler() {
+            return false;
+        }
+        let blocked = signal_blocked(tid, signal) == Some(true);
+        if !blocked || in_handler() {
+            return false;
+        }
+    }
+    true
 }
 
 /// Whether a thread with a clock looks like it stopped being sampled: its

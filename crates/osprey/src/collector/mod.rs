@@ -286,7 +286,7 @@ fn write(
     };
     let written = match delivery {
         Some(d) => d.flush(&data, late),
-        None => pprof::write_profile_with(&agent.cfg.out_dir, &data, late, !agent.cfg.spool).map(Some),
+        None => pprof::write_profile_with(&agent.cfg.out_dir, &data, late, agent.cfg.spool).map(Some),
     };
     match written {
         Ok(p) => {

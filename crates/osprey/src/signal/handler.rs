@@ -18,11 +18,14 @@ use crate::record::{Origin, Record, SampleKind, SampleRecord};
 use crate::registry::Registry;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
+/// Most pending sampling signals one handler folds into its sample.
+const MAX_FOLDED: u32 = 64;
+
 /// Sampling handler.
 ///
 /// # Safety
 /// Installed with `SA_SIGINFO`: `uc` is the interrupted context.
-pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+pub unsafe extern "C" fn on_sample(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let _errno = ErrnoGuard::save();
     STATE.signals.fetch_add(1, Relaxed);
     let Some(reg) = Registry::get() else { return };
@@ -60,8 +63,11 @@ pub unsafe extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t
     // A timer signal that stands for several periods (expiries folded at the
     // tick) carries their count: the sample is weighted so CPU time is exact.
     // CPU the thread used while it had no working clock comes with it.
+    // Signals that came during this walk are periods of this sample too.
+    let folded = sys::take_pending(sig, MAX_FOLDED);
     let owed = rec.owed_ns.swap(0, Relaxed);
-    let cpu_ns = STATE.period_ns.load(Relaxed).saturating_mul(1 + overrun as u64).saturating_add(owed);
+    let periods = 1 + overrun as u64 + folded;
+    let cpu_ns = STATE.period_ns.load(Relaxed).saturating_mul(periods).saturating_add(owed);
     rec.charged_ns.fetch_add(cpu_ns, Relaxed);
     STATE.charged_ns.fetch_add(cpu_ns, Relaxed);
     let tid = rec.tid.load(Relaxed);

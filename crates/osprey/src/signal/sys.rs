@@ -4,7 +4,7 @@
 //! locks, no panics, and no libc wrapper that can write `errno` (the raw
 //! `syscall` instruction lives in `arch/`).
 
-use super::arch::{raw_syscall0, raw_syscall3};
+use super::arch::{raw_syscall0, raw_syscall3, raw_syscall4, timer_overrun};
 
 /// `gettid(2)` without libc: safe on threads that have no valid TLS (raw `clone`).
 #[inline(always)]
@@ -25,6 +25,43 @@ pub fn getpid() -> i32 {
 pub fn tgkill(pid: i32, tid: i32, sig: i32) -> i64 {
     // SAFETY: tgkill takes plain integers.
     unsafe { raw_syscall3(libc::SYS_tgkill, pid as usize, tid as usize, sig as usize) as i64 }
+}
+
+/// Dequeues up to `max` instances of signal `sig` pending for the calling
+/// thread, which must block it (a handler does, for its own signal);
+/// returns the clock periods they stand for (a timer's overruns included).
+/// A sampling handler slower than the period finds the signals that came
+/// meanwhile and folds them into its sample, instead of returning into the
+/// next one: at any rate the thread keeps running between handlers, and a
+/// perf clock's queue of signals cannot grow. Never touches `errno`.
+#[inline(never)]
+pub fn take_pending(sig: i32, max: u32) -> u64 {
+    if !(1..=64).contains(&sig) {
+        return 0;
+    }
+    let set: u64 = 1 << (sig - 1);
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut info = [0u64; 16]; // a siginfo_t, 128 bytes
+    let mut periods = 0;
+    for _ in 0..max {
+        // SAFETY: rt_sigtimedwait(set, info, timeout, sizeof set) with
+        // pointers to locals of the stated sizes; a zero timeout never waits.
+        let r = unsafe {
+            raw_syscall4(
+                libc::SYS_rt_sigtimedwait,
+                &set as *const u64 as usize,
+                info.as_mut_ptr() as usize,
+                &zero as *const libc::timespec as usize,
+                8,
+            )
+        };
+        if r != sig as usize {
+            break;
+        }
+        // SAFETY: `info` was filled by the kernel as a siginfo_t.
+        periods += 1 + u64::from(unsafe { timer_overrun(info.as_ptr().cast()) });
+    }
+    periods
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds (async-signal-safe per POSIX; vDSO, no errno on success).

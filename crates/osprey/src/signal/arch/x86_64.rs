@@ -121,6 +121,22 @@ pub unsafe fn raw_syscall3(n: libc::c_long, a: usize, b: usize, c: usize) -> usi
     ret
 }
 
+/// `syscall` with four integer arguments; returns the raw result.
+///
+/// # Safety
+/// `n` and its arguments must make a valid system call; memory it writes
+/// must be the caller's.
+#[inline(always)]
+pub unsafe fn raw_syscall4(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> usize {
+    let ret: usize;
+    // SAFETY: the `syscall` instruction clobbers rcx and r11 only; the caller vouches for `n`.
+    unsafe {
+        asm!("syscall", inlateout("rax") n as usize => ret, in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d,
+         out("rcx") _, out("r11") _, options(nostack, preserves_flags));
+    }
+    ret
+}
+
 /// The calling function's own registers: `pc` is an address inside it, `sp`
 /// and `fp` its stack and frame pointers at that address (read by one `asm`
 /// block, so the CFI row of `pc` describes that `sp`). Starting a walk from
