@@ -136,8 +136,10 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let cpu = supervise::tree_cpu(pid);
     let ended = supervise::reap(pid);
     let finished = tree.finish();
-    spool_errors.extend(spool.and_then(|sp| sp.close(pid).err()));
-    let reports = status.as_ref().map(StatusDir::reports).unwrap_or_default();
+    spool_errors.extend(spool.as_ref().and_then(|sp| sp.close(pid).err()));
+    // The tree's agents report through the spool's journal, others in `status`.
+    let mut reports = status.as_ref().map(StatusDir::reports).unwrap_or_default();
+    reports.extend(spool.as_ref().map(Spool::reports).unwrap_or_default());
     let uploads = osprey_upload::report::merge_uploads(
         reports.iter().flat_map(|r| r.uploads.iter()).chain(finished.iter().flat_map(|f| f.uploads.iter())),
     );

@@ -28,6 +28,10 @@
 //!   agent's part) stay inside the spool and go when it is closed.
 
 use flate2::write::GzEncoder;
+use osprey_pprof::journal::Kind;
+use osprey_upload::RunReport;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -39,6 +43,8 @@ const COMMIT: &str = ".commit";
 pub struct Spool {
     dir: PathBuf,
     out: PathBuf,
+    /// The agents' run reports read from the journal, the latest per process.
+    reports: RefCell<BTreeMap<String, RunReport>>,
 }
 
 impl Spool {
@@ -48,7 +54,7 @@ impl Spool {
         let start = osprey::internals::threads::start_ticks(pid).unwrap_or(0);
         let dir = out.join(format!("{PREFIX}{pid}-{start}"));
         std::fs::create_dir_all(&dir)?;
-        Ok(Spool { dir, out: out.to_path_buf() })
+        Ok(Spool { dir, out: out.to_path_buf(), reports: RefCell::default() })
     }
 
     /// Where the agents write their parts.
@@ -66,10 +72,17 @@ impl Spool {
         // Sealed journals stay locked (no writer adds to them) until deleted.
         let journals = self.journals()?;
         for j in &journals {
-            for record in &j.records {
-                match osprey_pprof::read::decode(record) {
-                    Ok(profile) => profiles.push(profile),
-                    Err(_) => self.keep_unreadable(record)?,
+            for (kind, record) in &j.records {
+                match kind {
+                    Kind::Profile => match osprey_pprof::read::decode(record) {
+                        Ok(profile) => profiles.push(profile),
+                        Err(_) => self.keep_unreadable(record)?,
+                    },
+                    Kind::Report => {
+                        if let Some((who, report)) = RunReport::from_spool_record(record) {
+                            self.reports.borrow_mut().insert(who, report);
+                        }
+                    }
                 }
             }
             merged_parts.push(j.path().to_path_buf());
@@ -116,9 +129,14 @@ impl Spool {
         std::fs::write(self.out.join(format!("osprey-unreadable-{nanos}.pb")), record)
     }
 
+    /// The run reports the agents appended so far, the latest per process.
+    pub fn reports(&self) -> Vec<RunReport> {
+        self.reports.borrow().values().cloned().collect()
+    }
+
     /// Merges what is left and removes the spool (unless a process still
     /// writes to it: the next `osprey exec --children` merges that).
-    pub fn close(self, pid: i32) -> io::Result<Option<PathBuf>> {
+    pub fn close(&self, pid: i32) -> io::Result<Option<PathBuf>> {
         let file = self.merge(pid)?;
         self.sweep();
         let _ = std::fs::remove_dir(&self.dir);
@@ -223,7 +241,7 @@ pub fn recover(out: &Path) -> Vec<PathBuf> {
             None if Path::new(&format!("/proc/{pid}")).exists() => continue,
             _ => {}
         }
-        let spool = Spool { dir: e.path(), out: out.to_path_buf() };
+        let spool = Spool { dir: e.path(), out: out.to_path_buf(), reports: RefCell::default() };
         if let Ok(Some(f)) = spool.close(pid) {
             files.push(f);
         }
@@ -270,7 +288,8 @@ mod tests {
 
     /// Profiles appended to the journal (what the agents of a tree do) merge
     /// with file parts into one file; the sealed journal goes with them,
-    /// and a record appended after the merge waits for the next one.
+    /// and a record appended after the merge waits for the next one. Run
+    /// reports in the journal are kept for the end of the run.
     #[test]
     fn journal_records_merge_with_file_parts() {
         let out = osprey_testkit::tempdir("spool-journal");
@@ -279,12 +298,15 @@ mod tests {
             let data = osprey_testkit::profile::folded(stacks);
             osprey_pprof::write_profile_with(spool.path(), &data, Vec::new, true).unwrap()
         };
+        let report = RunReport { profiles: 1, samples: 5, ..Default::default() };
+        report.append_to_spool(spool.path(), 42, "rt").unwrap();
         append(&[("main;a", 2)]);
         append(&[("main;b", 3)]);
         part(&spool, &[("main;c", 4)]);
         let merged = spool.merge(7).unwrap().expect("a merged file");
         let p = osprey_pprof::read_profile(&merged).unwrap();
         assert_eq!(p.sample.iter().map(|s| s.value[0]).sum::<i64>(), 9);
+        assert_eq!(spool.reports(), vec![report]);
         let left: Vec<_> = std::fs::read_dir(spool.path()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert!(left.is_empty(), "left in the spool: {left:?}");
         append(&[("main;d", 5)]);

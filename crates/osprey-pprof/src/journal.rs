@@ -3,11 +3,12 @@
 //! short process creates no file of its own (an inode and two directory
 //! entries each, most of what writing a part cost).
 //!
-//! A record is `MAGIC`, the payload's length and CRC-32 (little-endian
-//! u32s), then the payload (an encoded, uncompressed profile), written with
+//! A record is its kind's magic, the payload's length and CRC-32
+//! (little-endian u32s), then the payload (an encoded, uncompressed profile,
+//! or a process's run report), written with
 //! one `write` to a descriptor opened `O_APPEND`: records of different
 //! writers never interleave. A writer killed mid-write leaves a torn record,
-//! which the reader skips (it resynchronises on the next `MAGIC`).
+//! which the reader skips (it resynchronises on the next magic).
 //!
 //! Sealing, the reader's side: the journal is renamed aside
 //! ([`seal`]), read under an exclusive `flock`, and deleted under that lock
@@ -27,14 +28,34 @@ use std::path::{Path, PathBuf};
 pub const NAME: &str = "parts.journal";
 /// What sealed journals' names end with.
 pub const SEALED_SUFFIX: &str = ".sealed";
-const MAGIC: &[u8; 8] = b"OSPRYPRT";
-const HEADER: usize = MAGIC.len() + 8;
+const MAGIC_LEN: usize = 8;
+const HEADER: usize = MAGIC_LEN + 8;
 
-/// Appends `payload` as one record to the journal of spool `dir`.
-pub fn append(dir: &Path, payload: &[u8]) -> io::Result<PathBuf> {
-    let len = u32::try_from(payload.len()).map_err(|_| io::Error::other("profile over 4 GiB"))?;
+/// What a record holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// An encoded profile (pprof protobuf, not gzipped).
+    Profile,
+    /// A process's run report (`osprey_upload::RunReport`'s record text).
+    Report,
+}
+
+impl Kind {
+    const ALL: [Kind; 2] = [Kind::Profile, Kind::Report];
+
+    fn magic(self) -> &'static [u8; MAGIC_LEN] {
+        match self {
+            Kind::Profile => b"OSPRYPRT",
+            Kind::Report => b"OSPRYRPT",
+        }
+    }
+}
+
+/// Appends `payload` as one record of `kind` to the journal of spool `dir`.
+pub fn append(dir: &Path, kind: Kind, payload: &[u8]) -> io::Result<PathBuf> {
+    let len = u32::try_from(payload.len()).map_err(|_| io::Error::other("record over 4 GiB"))?;
     let mut record = Vec::with_capacity(HEADER + payload.len());
-    record.extend_from_slice(MAGIC);
+    record.extend_from_slice(kind.magic());
     record.extend_from_slice(&len.to_le_bytes());
     record.extend_from_slice(&crc(payload).to_le_bytes());
     record.extend_from_slice(payload);
@@ -94,7 +115,7 @@ pub struct Sealed {
     /// Holds the lock.
     _file: File,
     /// The complete records, in order.
-    pub records: Vec<Vec<u8>>,
+    pub records: Vec<(Kind, Vec<u8>)>,
     /// Bytes of torn records skipped.
     pub torn: usize,
 }
@@ -118,31 +139,30 @@ impl Sealed {
 }
 
 /// The complete records of `bytes` and the number of bytes skipped.
-fn records(bytes: &[u8]) -> (Vec<Vec<u8>>, usize) {
+fn records(bytes: &[u8]) -> (Vec<(Kind, Vec<u8>)>, usize) {
     let (mut out, mut torn, mut at) = (Vec::new(), 0, 0);
     while at < bytes.len() {
-        if let Some(payload) = record_at(bytes, at) {
+        if let Some((kind, payload)) = record_at(bytes, at) {
             at += HEADER + payload.len();
-            out.push(payload.to_vec());
+            out.push((kind, payload.to_vec()));
             continue;
         }
         // Resynchronise on the next magic after this position.
-        let next = bytes[at + 1..].windows(MAGIC.len()).position(|w| w == MAGIC).map_or(bytes.len(), |i| at + 1 + i);
+        let is_magic = |w: &[u8]| Kind::ALL.iter().any(|k| w == k.magic());
+        let next = bytes[at + 1..].windows(MAGIC_LEN).position(is_magic).map_or(bytes.len(), |i| at + 1 + i);
         torn += next - at;
         at = next;
     }
     (out, torn)
 }
 
-fn record_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
+fn record_at(bytes: &[u8], at: usize) -> Option<(Kind, &[u8])> {
     let head = bytes.get(at..at + HEADER)?;
-    if &head[..MAGIC.len()] != MAGIC {
-        return None;
-    }
+    let kind = *Kind::ALL.iter().find(|k| head.get(..MAGIC_LEN) == Some(k.magic().as_slice()))?;
     let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
-    let (len, sum) = (word(MAGIC.len()) as usize, word(MAGIC.len() + 4));
+    let (len, sum) = (word(MAGIC_LEN) as usize, word(MAGIC_LEN + 4));
     let payload = bytes.get(at + HEADER..at + HEADER + len)?;
-    (crc(payload) == sum).then_some(payload)
+    (crc(payload) == sum).then_some((kind, payload))
 }
 
 fn crc(bytes: &[u8]) -> u32 {
@@ -180,12 +200,13 @@ mod tests {
     #[test]
     fn torn_records_are_skipped() {
         let dir = tempdir("torn");
-        append(&dir, b"first").unwrap();
+        append(&dir, Kind::Profile, b"first").unwrap();
         let mut f = OpenOptions::new().append(true).open(dir.join(NAME)).unwrap();
-        f.write_all(&[MAGIC.as_slice(), &100u32.to_le_bytes(), &7u32.to_le_bytes(), b"cut"].concat()).unwrap();
-        append(&dir, b"second").unwrap();
+        let torn = [Kind::Profile.magic().as_slice(), &100u32.to_le_bytes(), &7u32.to_le_bytes(), b"cut"].concat();
+        f.write_all(&torn).unwrap();
+        append(&dir, Kind::Report, b"second").unwrap();
         let s = Sealed::open(&seal(&dir).unwrap().unwrap()).unwrap();
-        assert_eq!(s.records, vec![b"first".to_vec(), b"second".to_vec()]);
+        assert_eq!(s.records, vec![(Kind::Profile, b"first".to_vec()), (Kind::Report, b"second".to_vec())]);
         assert_eq!(s.torn, HEADER + 3);
         fs::remove_file(s.path()).unwrap();
         drop(s);
@@ -204,7 +225,7 @@ mod tests {
                 let dir = dir.clone();
                 std::thread::spawn(move || {
                     for i in 0..1000u32 {
-                        append(&dir, format!("{w}-{i}").as_bytes()).unwrap();
+                        append(&dir, Kind::Profile, format!("{w}-{i}").as_bytes()).unwrap();
                     }
                 })
             })
@@ -215,7 +236,7 @@ mod tests {
             for p in sealed(&dir).unwrap() {
                 let s = Sealed::open(&p).unwrap();
                 assert_eq!(s.torn, 0);
-                seen.extend(s.records.iter().cloned());
+                seen.extend(s.records.iter().map(|(_, r)| r.clone()));
                 fs::remove_file(s.path()).unwrap();
             }
         };

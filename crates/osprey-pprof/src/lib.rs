@@ -171,7 +171,7 @@ pub fn write_profile_with(
 ) -> std::io::Result<std::path::PathBuf> {
     if spool {
         let profile = to_pprof_late(data, late);
-        return journal::append(dir, &prost::Message::encode_to_vec(&profile));
+        return journal::append(dir, journal::Kind::Profile, &prost::Message::encode_to_vec(&profile));
     }
     let pending = file::Pending::create(dir)?;
     let profile = to_pprof_late(data, late);

@@ -57,7 +57,8 @@ impl Delivery {
         data: &ProfileData,
         late: impl FnOnce() -> Vec<osprey_pprof::Sample>,
     ) -> std::io::Result<Option<PathBuf>> {
-        // The file is created first: its cost falls before `late` measures.
+        // A file is created first: its cost falls before `late` measures (a
+        // spool's journal takes one append at the end instead).
         let spool = self.cfg.out.as_deref().filter(|_| self.cfg.out_spool);
         let pending = match self.cfg.out.as_deref() {
             Some(dir) if spool.is_none() => Some(osprey_pprof::file::Pending::create(dir)?),
@@ -76,7 +77,9 @@ impl Delivery {
         let bytes = prost::Message::encode_to_vec(&profile);
         let written = match (pending, spool) {
             (Some(p), _) => Some(p.publish(data.pid, &bytes)?),
-            (None, Some(dir)) => Some(osprey_pprof::journal::append(dir, &bytes)?),
+            (None, Some(dir)) => {
+                Some(osprey_pprof::journal::append(dir, osprey_pprof::journal::Kind::Profile, &bytes)?)
+            }
             (None, None) => None,
         };
         if let Some(u) = &self.uploader {

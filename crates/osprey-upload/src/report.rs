@@ -84,6 +84,22 @@ impl RunReport {
         std::fs::rename(&tmp, dir.join(name))
     }
 
+    /// Appends the report to the journal of spool `dir` (an agent of an
+    /// `exec --children` tree: no file per process). The record's first
+    /// line names the process (`<pid>-<runtime id>`); a later record of the
+    /// same process replaces an earlier one.
+    pub fn append_to_spool(&self, dir: &Path, pid: i32, runtime_id: &str) -> std::io::Result<()> {
+        let record = format!("{pid}-{runtime_id}\n{}", self.to_text());
+        osprey_pprof::journal::append(dir, osprey_pprof::journal::Kind::Report, record.as_bytes()).map(|_| ())
+    }
+
+    /// A record [`RunReport::append_to_spool`] wrote: the process's name and its report.
+    pub fn from_spool_record(record: &[u8]) -> Option<(String, RunReport)> {
+        let text = std::str::from_utf8(record).ok()?;
+        let (who, rest) = text.split_once('\n')?;
+        Some((who.to_string(), RunReport::parse(rest)))
+    }
+
     /// Every report in `dir`.
     pub fn read_all(dir: &Path) -> Vec<RunReport> {
         let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
@@ -154,6 +170,20 @@ mod tests {
         assert_eq!(back.uploads[0].queued, 1);
         assert_eq!(back.uploads[0].url, r.uploads[0].url);
         assert_eq!(back.uploads[0].last_error.as_deref(), Some("connection refused retrying"));
+    }
+
+    #[test]
+    fn spool_records_round_trip() {
+        let dir = std::env::temp_dir().join(format!("osprey-report-spool-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let r = RunReport { profiles: 2, samples: 40, files: vec![PathBuf::from("/x/y.pb.gz")], uploads: vec![] };
+        r.append_to_spool(&dir, 12, "abc").unwrap();
+        let sealed = osprey_pprof::journal::seal(&dir).unwrap().unwrap();
+        let s = osprey_pprof::journal::Sealed::open(&sealed).unwrap();
+        let [(osprey_pprof::journal::Kind::Report, record)] = &s.records[..] else { panic!("{:?}", s.records) };
+        assert_eq!(RunReport::from_spool_record(record), Some(("12-abc".to_string(), r)));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

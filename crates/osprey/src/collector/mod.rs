@@ -219,7 +219,11 @@ fn leave_report(
 ) {
     let Some(dir) = &agent.cfg.status_dir else { return };
     report.uploads = uploads.unwrap_or_default();
-    let _ = report.write(dir, sys::getpid(), &agent.runtime_id);
+    let _ = if agent.cfg.spool {
+        report.append_to_spool(&agent.cfg.out_dir, sys::getpid(), &agent.runtime_id)
+    } else {
+        report.write(dir, sys::getpid(), &agent.runtime_id)
+    };
 }
 
 /// Upload threads are osprey's own: never sampled, their CPU is `[osprey] agent`.
