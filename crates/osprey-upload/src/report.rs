@@ -1,7 +1,8 @@
 //! [`RunReport`]: what one process's agent sampled and where its profiles
-//! went, left as a small text file for the `osprey exec` that started it
-//! (`OSPREY_STATUS` names the directory), so the end-of-run line counts
-//! what was delivered rather than guessing from the output directory.
+//! went, left for the `osprey exec` that started it (a small text file in
+//! the `OSPREY_STATUS` directory, or a record in the spool's journal under
+//! `--children`), so the end-of-run line counts what was delivered rather
+//! than guessing from the output directory.
 //!
 //! The format is one fact a line (`key value...`), unknown keys ignored, so
 //! an agent and a CLI of different versions still read each other.
