@@ -296,7 +296,7 @@ mod tests {
         let spool = Spool::create(&out).unwrap();
         let append = |stacks: &[(&str, i64)]| {
             let data = osprey_testkit::profile::folded(stacks);
-            osprey_pprof::write_profile_with(spool.path(), &data, Vec::new, true).unwrap()
+            osprey_pprof::write_profile_with(spool.path(), &data, Vec::new, osprey_pprof::Destination::Journal).unwrap()
         };
         let report = RunReport { profiles: 1, samples: 5, ..Default::default() };
         report.append_to_spool(spool.path(), 42, "rt").unwrap();

@@ -158,18 +158,28 @@ pub fn write_profile_late(
     data: &ProfileData,
     late: impl FnOnce() -> Vec<Sample>,
 ) -> std::io::Result<std::path::PathBuf> {
-    write_profile_with(dir, data, late, true)
+    write_profile_with(dir, data, late, Destination::File)
 }
 
-/// As [`write_profile_late`]; `spool: true` appends the profile to the
-/// journal of spool `dir` (see [`journal`]) instead of writing a file.
+/// Where [`write_profile_with`] puts a profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// A gzip pprof file of its own in the directory, synced.
+    File,
+    /// A record appended to the journal of the spool the directory is
+    /// (an agent of an `exec --children` tree; see [`journal`]).
+    Journal,
+}
+
+/// As [`write_profile_late`], to `dest`; returns the file written (the
+/// journal for [`Destination::Journal`]).
 pub fn write_profile_with(
     dir: &std::path::Path,
     data: &ProfileData,
     late: impl FnOnce() -> Vec<Sample>,
-    spool: bool,
+    dest: Destination,
 ) -> std::io::Result<std::path::PathBuf> {
-    if spool {
+    if dest == Destination::Journal {
         let profile = to_pprof_late(data, late);
         return journal::append(dir, journal::Kind::Profile, &prost::Message::encode_to_vec(&profile));
     }

@@ -226,6 +226,15 @@ fn leave_report(
     };
 }
 
+/// A spool's agent appends to its journal; any other writes files.
+fn destination(cfg: &Config) -> pprof::Destination {
+    if cfg.spool {
+        pprof::Destination::Journal
+    } else {
+        pprof::Destination::File
+    }
+}
+
 /// Upload threads are osprey's own: never sampled, their CPU is `[osprey] agent`.
 fn spawn_upload(name: String, body: Box<dyn FnOnce() + Send>) -> std::io::Result<std::thread::JoinHandle<()>> {
     threads::spawn_internal(&name, body)
@@ -290,7 +299,7 @@ fn write(
     };
     let written = match delivery {
         Some(d) => d.flush(&data, late),
-        None => pprof::write_profile_with(&agent.cfg.out_dir, &data, late, agent.cfg.spool).map(Some),
+        None => pprof::write_profile_with(&agent.cfg.out_dir, &data, late, destination(&agent.cfg)).map(Some),
     };
     match written {
         Ok(p) => {
