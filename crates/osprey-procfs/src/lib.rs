@@ -84,13 +84,17 @@ mod tests {
     #[test]
     fn read_file_reads_whole_files() {
         for p in ["/proc/self/maps", "/proc/self/environ", "/proc/self/stat", "/proc/self/comm", "/proc/cpuinfo"] {
-            let (ours, theirs) = (read_file(Path::new(p)).unwrap(), std::fs::read(p).unwrap());
             // Files that change between two reads (`stat`'s times) keep their length class.
             if p.ends_with("stat") {
+                let ours = read_file(Path::new(p)).unwrap();
                 assert!(!ours.is_empty() && ours.ends_with(b"\n"));
-            } else {
-                assert_eq!(ours, theirs, "{p}");
+                continue;
             }
+            // `maps` changes as other tests map memory, `cpuinfo` with the
+            // clock rates: equal in one of three pairs of reads.
+            let pair = || (read_file(Path::new(p)).unwrap(), std::fs::read(p).unwrap());
+            let pairs: Vec<_> = (0..3).map(|_| pair()).collect();
+            assert!(pairs.iter().any(|(ours, theirs)| ours == theirs), "{p} read differently 3 times");
         }
         assert!(read_file(Path::new("/proc/self/no such file")).is_err());
         // Past the first read: a file of 2.5 times its size.
