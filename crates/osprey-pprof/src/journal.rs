@@ -187,19 +187,13 @@ fn lock(f: &File, how: libc::c_int) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn tempdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("osprey-journal-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use osprey_testkit::tempdir;
 
     /// A torn record (a writer killed mid-write) is skipped; the records
     /// around it are read.
     #[test]
     fn torn_records_are_skipped() {
-        let dir = tempdir("torn");
+        let dir = tempdir("journal-torn");
         append(&dir, Kind::Profile, b"first").unwrap();
         let mut f = OpenOptions::new().append(true).open(dir.join(NAME)).unwrap();
         let torn = [Kind::Profile.magic().as_slice(), &100u32.to_le_bytes(), &7u32.to_le_bytes(), b"cut"].concat();
@@ -219,7 +213,7 @@ mod tests {
     /// is read exactly once (none written into a journal already read).
     #[test]
     fn every_record_is_read_once_while_sealing() {
-        let dir = tempdir("race");
+        let dir = tempdir("journal-race");
         let writers: Vec<_> = (0..4u32)
             .map(|w| {
                 let dir = dir.clone();

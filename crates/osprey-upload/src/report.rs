@@ -175,9 +175,7 @@ mod tests {
 
     #[test]
     fn spool_records_round_trip() {
-        let dir = std::env::temp_dir().join(format!("osprey-report-spool-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = osprey_testkit::tempdir("report-spool");
         let r = RunReport { profiles: 2, samples: 40, files: vec![PathBuf::from("/x/y.pb.gz")], uploads: vec![] };
         r.append_to_spool(&dir, 12, "abc").unwrap();
         let sealed = osprey_pprof::journal::seal(&dir).unwrap().unwrap();
