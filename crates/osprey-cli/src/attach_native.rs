@@ -195,6 +195,7 @@ impl Run {
         let samples = pending.into_iter().map(|(key, agg)| self.sample(key, agg)).collect();
         let mut data = ProfileData {
             pid: self.pid,
+            process: None,
             sample_types: vec![("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())],
             period: ("cpu".into(), "nanoseconds".into(), 1_000_000_000 / i64::from(self.hz.max(1))),
             start_realtime_ns: start,

@@ -102,7 +102,13 @@ impl Spool {
         if merged_parts.is_empty() {
             return Ok(None);
         }
-        let merged = osprey_pprof::merge::merge(&profiles);
+        // The agents left their modules' names to this merge: one read per file for the tree.
+        osprey_pprof::deferred::name_parts(&mut profiles);
+        let mut merged = osprey_pprof::merge::merge(&profiles);
+        // The agents of a tree leave its container and pod to the merge: they are the tree's.
+        for c in osprey_upload::Deployment::of(0).comments() {
+            merged.add_comment(&c);
+        }
         let file = if merged.sample.is_empty() {
             None
         } else {

@@ -95,6 +95,21 @@ fn exec_in_a_container_names_the_container_and_the_pod() {
     for w in &want {
         assert!(c.contains(w), "{w} in the comments: {c:?}");
     }
+    // A tree: its agents leave the container and pod to `osprey exec`'s merge.
+    let out = tempdir("cg-tree");
+    let script = format!("{d} --threads 1 --seconds 0.3; /bin/true");
+    let r = scope
+        .command(&[o, "exec", "-q", "--children", "--out", out.to_str().unwrap(), "--", "/bin/sh", "-c", &script])
+        .env("POD_NAME", "web-7d4b9c")
+        .env("POD_NAMESPACE", "shop")
+        .env("NODE_NAME", "node-3")
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let c = comments(&out);
+    for w in &want {
+        assert_eq!(c.iter().filter(|x| *x == w).count(), 1, "{w} once in the comments: {c:?}");
+    }
     // A backend as well: the Datadog tags, under Datadog's names.
     let dd = Receiver::start(|_, _| ok());
     let out = tempdir("cg-dd");

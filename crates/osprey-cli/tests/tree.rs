@@ -96,7 +96,14 @@ fn make_j2_of_40_files_is_one_file() {
     assert!(o.status.success(), "{err}");
     assert!(objs.iter().all(|f| dir.join(f).is_file()), "every object built");
     assert_eq!(only_profiles(&out), 1, "{err}");
-    let (cpu, names) = cpu_by_pid(&read_profiles(&out));
+    let ps = read_profiles(&out);
+    let (cpu, names) = cpu_by_pid(&ps);
+    // The children's frames are named at the merge (their agents leave that
+    // to it): the C library's entry on the way to main, and no mark left.
+    let functions: Vec<&str> = ps.iter().flat_map(|p| p.function.iter().map(|f| p.string(f.name))).collect();
+    assert!(functions.contains(&"__libc_start_main"), "{functions:?}");
+    let ids: Vec<&str> = ps.iter().flat_map(|p| p.mapping.iter().map(|m| p.string(m.build_id))).collect();
+    assert!(ids.iter().all(|i| !i.starts_with("osprey-deferred")) && ids.iter().any(|i| i.len() == 40), "{ids:?}");
     let count = |n: &str| names.values().filter(|v| v.as_str() == n).count();
     assert_eq!(count("make"), 1, "{names:?}");
     assert_eq!(count("gcc"), 40, "{names:?}");

@@ -32,11 +32,26 @@ pub fn encode(
     symbolize: impl FnOnce(&[(u64, bool)]) -> Vec<Resolved>,
     late: impl FnOnce() -> Vec<super::Sample>,
 ) -> Profile {
+    encode_deferring(data, maps, &|_| false, symbolize, late)
+}
+
+/// As [`encode`], leaving the addresses of the regions `defer` picks to the
+/// process that merges the profile ([`crate::deferred`]): they are not given
+/// to `symbolize`, and their mappings carry a mark instead of a build id.
+pub fn encode_deferring(
+    data: &ProfileData,
+    maps: &ProcMaps,
+    defer: &dyn Fn(&Region) -> bool,
+    symbolize: impl FnOnce(&[(u64, bool)]) -> Vec<Resolved>,
+    late: impl FnOnce() -> Vec<super::Sample>,
+) -> Profile {
     let natives = distinct_natives(data);
-    let resolved: HashMap<(u64, bool), Resolved> = natives.iter().copied().zip(symbolize(&natives)).collect();
+    let deferred = |&(a, _): &(u64, bool)| maps.find(a).is_some_and(|i| defer(&maps.regions[i]));
+    let named: Vec<(u64, bool)> = natives.iter().copied().filter(|k| !deferred(k)).collect();
+    let resolved: HashMap<(u64, bool), Resolved> = named.iter().copied().zip(symbolize(&named)).collect();
     let extra = late();
     let mut enc = Encoder { resolved, ..Encoder::new(maps) };
-    enc.add_mappings(data.pid, &natives);
+    enc.add_mappings(data.pid, &natives, defer);
     let sample_type = data.sample_types.iter().map(|(t, u)| enc.value_type(t, u)).collect();
     let sample = enc.samples(data, &extra);
     let (t, u, period) = &data.period;
@@ -66,7 +81,7 @@ pub const OWN_FUNCTIONS: &[&str] = &["osprey_preload::trampoline"];
 
 /// `libz.so.1+0x3a26`: the region's file name and the file offset of the
 /// address looked up (a return address at `addr - 1`, inside the call).
-fn module_offset_name(r: &Region, addr: u64, ret: bool) -> Option<String> {
+pub(crate) fn module_offset_name(r: &Region, addr: u64, ret: bool) -> Option<String> {
     if r.path.is_empty() || r.path.starts_with('[') {
         return None;
     }
@@ -145,7 +160,7 @@ impl<'a> Encoder<'a> {
     }
 
     /// One mapping per region holding a native address; the main text first.
-    fn add_mappings(&mut self, pid: i32, natives: &[(u64, bool)]) {
+    fn add_mappings(&mut self, pid: i32, natives: &[(u64, bool)], defer: &dyn Fn(&Region) -> bool) {
         let mut used: Vec<usize> = natives.iter().filter_map(|&(a, _)| self.maps.find(a)).collect();
         used.sort_unstable();
         used.dedup();
@@ -160,7 +175,12 @@ impl<'a> Encoder<'a> {
             let build_id = match build_ids.get(&r.path) {
                 Some(&b) => b,
                 None => {
-                    let b = self.strings.intern(&build_id_of(pid, r).unwrap_or_default());
+                    let id = match &r.build_id {
+                        _ if defer(r) => crate::deferred::mark(r),
+                        Some(id) => id.clone(),
+                        None => build_id_of(pid, r).unwrap_or_default(),
+                    };
+                    let b = self.strings.intern(&id);
                     build_ids.insert(r.path.clone(), b);
                     b
                 }
@@ -271,7 +291,7 @@ impl<'a> Encoder<'a> {
         let width = data.sample_types.len();
         let mut out: Vec<Sample> = Vec::new();
         let mut index: HashMap<(Vec<u64>, Vec<super::Label>), usize> = HashMap::new();
-        let process = process_labels(data.pid);
+        let process = process_labels(data.pid, data.process.as_deref());
         for s in data.samples.iter().chain(extra) {
             let mut ids: Vec<u64> = Vec::with_capacity(s.frames.len());
             for f in &s.frames {
@@ -317,13 +337,15 @@ impl<'a> Encoder<'a> {
     }
 }
 
-/// `pid` and `process` labels of the process `pid` (0: this process); the
-/// name is left out when `/proc/<pid>/comm` cannot be read (process gone).
-fn process_labels(pid: i32) -> Vec<super::Label> {
+/// `pid` and `process` labels of the process `pid` (0: this process), named
+/// `name` or by its `/proc/<pid>/comm`; the name is left out when neither
+/// is known (process gone).
+fn process_labels(pid: i32, name: Option<&str>) -> Vec<super::Label> {
     let pid = if pid > 0 { pid } else { std::process::id() as i32 };
     let mut out = vec![super::Label { key: "pid".into(), value: LabelValue::Num(pid as i64) }];
-    if let Ok(name) = osprey_procfs::read_file(&proc_dir(pid).join("comm")) {
-        let name = String::from_utf8_lossy(&name).trim_end().to_string();
+    let read = || osprey_procfs::read_file(&proc_dir(pid).join("comm")).ok();
+    let name = name.map(str::to_string).or_else(|| read().map(|n| String::from_utf8_lossy(&n).trim_end().to_string()));
+    if let Some(name) = name {
         out.push(super::Label { key: "process".into(), value: LabelValue::Str(name) });
     }
     out
@@ -341,6 +363,8 @@ mod tests {
             offset: 0x2000,
             executable: true,
             path: "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13".into(),
+            deleted: false,
+            build_id: None,
         };
         assert_eq!(module_offset_name(&r, 0x7f00_0000_3a26, false).as_deref(), Some("libz.so.1.2.13+0x3a26"));
         assert_eq!(module_offset_name(&r, 0x7f00_0000_3a27, true).as_deref(), Some("libz.so.1.2.13+0x3a26"));

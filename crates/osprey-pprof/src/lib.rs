@@ -24,6 +24,7 @@
 
 pub mod build_id;
 pub mod check;
+pub mod deferred;
 pub mod encode;
 mod error;
 pub mod file;
@@ -125,6 +126,9 @@ impl Sample {
 pub struct ProfileData {
     /// pid whose address space `Frame::Native` addresses belong to.
     pub pid: i32,
+    /// The process's name (its main thread's `comm`) for the `process`
+    /// label; read from `/proc/<pid>/comm` at encoding when `None`.
+    pub process: Option<String>,
     /// (type, unit), e.g. ("samples","count"), ("cpu","nanoseconds").
     pub sample_types: Vec<(String, String)>,
     /// (type, unit, value) of the sampling period, e.g. ("cpu","nanoseconds", 1_000_000).
@@ -180,7 +184,10 @@ pub fn write_profile_with(
     dest: Destination,
 ) -> std::io::Result<std::path::PathBuf> {
     if dest == Destination::Journal {
-        let profile = to_pprof_late(data, late);
+        // The merge names what this process's files hold, once for the whole tree.
+        let own = to_pprof as fn(&ProfileData) -> pprof::Profile as usize as u64;
+        let defer = |r: &maps::Region| !data.lines && deferred::defers(r, own);
+        let profile = encode_late(data, late, &defer);
         return journal::append(dir, journal::Kind::Profile, &prost::Message::encode_to_vec(&profile));
     }
     let pending = file::Pending::create(dir)?;
@@ -197,11 +204,38 @@ pub fn to_pprof(data: &ProfileData) -> pprof::Profile {
 /// the costly step, is done: a profiler's own CPU time measured as late as
 /// possible. Their frames should be synthetic or interpreted.
 pub fn to_pprof_late(data: &ProfileData, late: impl FnOnce() -> Vec<Sample>) -> pprof::Profile {
-    match maps::ProcMaps::read_with_text(data.pid) {
-        Ok((maps, text)) => {
-            let symbolize = |addrs: &[(u64, bool)]| symbolize::symbolize_in(data.pid, addrs, data.lines, Some(&text));
-            encode::encode(data, &maps, symbolize, late)
+    encode_late(data, late, &|_| false)
+}
+
+/// [`to_pprof_late`], leaving the regions `defer` picks unnamed (see
+/// [`deferred`]). When every native address of this process is in a region
+/// the loader knows and `defer` picks, the loader's map stands for
+/// `/proc/self/maps` (nothing is named here, so nothing more is needed).
+fn encode_late(
+    data: &ProfileData,
+    late: impl FnOnce() -> Vec<Sample>,
+    defer: &dyn Fn(&maps::Region) -> bool,
+) -> pprof::Profile {
+    let unnamed = |addrs: &[(u64, bool)]| vec![symbolize::Resolved::default(); addrs.len()];
+    let own = data.pid <= 0 || data.pid as u32 == std::process::id();
+    let loaded = own.then(maps::ProcMaps::from_loader).filter(|l| !l.regions.is_empty());
+    if let Some(l) = &loaded {
+        let mut natives = data.samples.iter().flat_map(|s| &s.frames).filter_map(|f| match *f {
+            Frame::Native { addr, .. } => Some(addr),
+            _ => None,
+        });
+        if natives.all(|a| l.find(a).is_some_and(|i| defer(&l.regions[i]))) {
+            return encode::encode_deferring(data, l, defer, unnamed, late);
         }
-        Err(_) => encode::encode(data, &maps::ProcMaps::default(), |addrs| vec![Default::default(); addrs.len()], late),
+    }
+    match maps::ProcMaps::read_with_text(data.pid) {
+        Ok((mut maps, text)) => {
+            if let Some(l) = &loaded {
+                maps.take_build_ids(l);
+            }
+            let symbolize = |addrs: &[(u64, bool)]| symbolize::symbolize_in(data.pid, addrs, data.lines, Some(&text));
+            encode::encode_deferring(data, &maps, defer, symbolize, late)
+        }
+        Err(_) => encode::encode(data, &maps::ProcMaps::default(), unnamed, late),
     }
 }

@@ -23,6 +23,11 @@ pub struct Region {
     /// Path or pseudo name (`[vdso]`, `[heap]`); empty for anonymous memory.
     /// A `" (deleted)"` suffix is removed.
     pub path: String,
+    /// The file was unlinked after it was mapped.
+    pub deleted: bool,
+    /// The GNU build id (hex) of the loaded object, when the loader's
+    /// in-memory copy of its notes gave it (see [`ProcMaps::from_loader`]).
+    pub build_id: Option<String>,
 }
 
 /// A process's memory map and main executable. The default is an empty map
@@ -43,6 +48,8 @@ impl From<Entry<'_>> for Region {
             offset: e.offset,
             executable: e.perms.exec,
             path: String::from_utf8_lossy(e.path).into_owned(),
+            deleted: e.deleted,
+            build_id: None,
         }
     }
 }
@@ -68,6 +75,34 @@ impl ProcMaps {
         Ok((ProcMaps { regions, exe }, text))
     }
 
+    /// This process's map as its loader knows it (`dl_iterate_phdr`: no
+    /// system call but the executable's `readlink`): one executable region
+    /// per `PF_X` `PT_LOAD` segment of each object, with the build id of
+    /// its notes, which are in memory. Anonymous memory, JIT code and files
+    /// mapped without the loader are not in it.
+    pub fn from_loader() -> ProcMaps {
+        let exe = fs::read_link("/proc/self/exe").ok();
+        let mut regions = loader::regions();
+        for r in &mut regions {
+            if r.path.is_empty() {
+                r.path = exe.as_ref().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+            }
+        }
+        regions.sort_by_key(|r| r.start);
+        ProcMaps { regions, exe }
+    }
+
+    /// Gives each region the build id a region of `loaded` (see
+    /// [`ProcMaps::from_loader`]) of the same file and range knows.
+    pub fn take_build_ids(&mut self, loaded: &ProcMaps) {
+        for r in &mut self.regions {
+            let same = |l: &&Region| l.path == r.path && l.start <= r.start && r.end <= l.end;
+            if let Some(l) = loaded.regions.iter().find(same) {
+                r.build_id.clone_from(&l.build_id);
+            }
+        }
+    }
+
     /// Index of the region containing `addr`.
     pub fn find(&self, addr: u64) -> Option<usize> {
         let i = self.regions.partition_point(|r| r.end <= addr);
@@ -86,6 +121,73 @@ impl ProcMaps {
     }
 }
 
+mod loader {
+    use super::Region;
+
+    /// Executable segments of every loaded object (the main program's path empty).
+    pub(super) fn regions() -> Vec<Region> {
+        let mut out: Vec<Region> = Vec::new();
+        // SAFETY: `each` matches the callback contract; `out` outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut Vec<Region> as *mut libc::c_void) };
+        out
+    }
+
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _: usize, data: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `data` is the `Vec` passed by `regions`; `info` is valid for
+        // the callback's duration (loader's contract).
+        let (out, info) = unsafe { (&mut *(data as *mut Vec<Region>), &*info) };
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        // SAFETY: the loader gives `dlpi_phnum` program headers at `dlpi_phdr`,
+        // and a NUL-terminated name.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+        let path = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: see above.
+            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+        };
+        let build_id = phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE).find_map(|p| {
+            let at = info.dlpi_addr.wrapping_add(p.p_vaddr) as *const u8;
+            // SAFETY: a PT_NOTE segment lies in a PT_LOAD one: mapped and readable while loaded.
+            gnu_build_id(unsafe { std::slice::from_raw_parts(at, p.p_memsz as usize) })
+        });
+        let page = |a: u64| a & !0xfff;
+        for p in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0) {
+            let lo = info.dlpi_addr.wrapping_add(p.p_vaddr);
+            let hi = lo.wrapping_add(p.p_memsz);
+            out.push(Region {
+                start: page(lo),
+                end: (hi + 0xfff) & !0xfff,
+                offset: page(p.p_offset),
+                executable: true,
+                path: path.clone(),
+                deleted: false,
+                build_id: build_id.clone(),
+            });
+        }
+        0
+    }
+
+    /// The `NT_GNU_BUILD_ID` note of a note segment, in hex.
+    fn gnu_build_id(mut notes: &[u8]) -> Option<String> {
+        let word = |b: &[u8], i: usize| Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?) as usize);
+        let align = |n: usize| (n + 3) & !3;
+        while notes.len() >= 12 {
+            let (namesz, descsz, kind) = (word(notes, 0)?, word(notes, 4)?, word(notes, 8)?);
+            let name = notes.get(12..12 + namesz)?;
+            let desc_at = 12 + align(namesz);
+            let desc = notes.get(desc_at..desc_at + descsz)?;
+            if kind == 3 && name == b"GNU\0" && !desc.is_empty() {
+                return Some(desc.iter().map(|b| format!("{b:02x}")).collect());
+            }
+            notes = notes.get(desc_at + align(descsz)..)?;
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +203,29 @@ mod tests {
         assert_eq!(r.path, "/usr/bin/my x");
         let anon = region("7f0000000000-7f0000001000 rw-p 00000000 00:00 0 ");
         assert_eq!((anon.path.as_str(), anon.executable), ("", false));
+    }
+
+    /// The loader's map agrees with `/proc/self/maps` on the executable's
+    /// text, and its build ids are the files'.
+    #[test]
+    fn loader_map_agrees_with_proc() {
+        let loader = ProcMaps::from_loader();
+        let proc = ProcMaps::read(0).unwrap();
+        let f = regions_from_lines as fn() as usize as u64;
+        let (l, p) = (&loader.regions[loader.find(f).unwrap()], &proc.regions[proc.find(f).unwrap()]);
+        assert_eq!(l.path, p.path);
+        assert!(loader.is_main(loader.find(f).unwrap()));
+        // The segment's file offset maps to the same place in both.
+        assert_eq!(f - l.start + l.offset, f - p.start + p.offset);
+        let from_file = crate::build_id::read_hex(std::path::Path::new(&l.path));
+        assert!(from_file.is_some(), "test binaries have a build id");
+        assert_eq!(l.build_id, from_file);
+        let libc_fn = libc::getpid as unsafe extern "C" fn() -> libc::pid_t as usize as u64;
+        let c = &loader.regions[loader.find(libc_fn).unwrap()];
+        assert_eq!(c.build_id, crate::build_id::read_hex(std::path::Path::new(&c.path)), "{}", c.path);
+        let mut with = proc.clone();
+        with.take_build_ids(&loader);
+        assert_eq!(with.regions[proc.find(f).unwrap()].build_id, from_file);
     }
 
     #[test]

@@ -209,6 +209,14 @@ impl Profile {
         self.sample_type.iter().position(|t| self.string(t.r#type) == name)
     }
 
+    /// Adds comment `c` unless the profile has it already.
+    pub fn add_comment(&mut self, c: &str) {
+        if !self.comment.iter().any(|&i| self.string(i) == c) {
+            self.string_table.push(c.to_string());
+            self.comment.push(self.string_table.len() as i64 - 1);
+        }
+    }
+
     /// The string at index `i`, or `""` when out of range.
     pub fn string(&self, i: i64) -> &str {
         usize::try_from(i).ok().and_then(|i| self.string_table.get(i)).map_or("", |s| s.as_str())

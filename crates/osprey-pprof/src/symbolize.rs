@@ -154,7 +154,7 @@ fn holding(text: &[u8], unknown: &[usize], lookup: &[u64]) -> Vec<u8> {
 
 /// A symbol's name as blazesym shows it: Rust demangled without its hash,
 /// else C++ demangled, else as it is.
-fn demangle(name: &str) -> String {
+pub(crate) fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         return format!("{d:#}");
     }

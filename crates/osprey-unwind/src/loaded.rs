@@ -123,6 +123,16 @@ pub fn file_of(pid: u32, path: &Path) -> PathBuf {
 /// `(p_offset, p_filesz, p_vaddr)` of an executable `PT_LOAD`.
 type ExecSegment = (u64, u64, u64);
 
+/// The ELF virtual address of each file offset of `path` (an offset in no
+/// executable `PT_LOAD` gives `None`); `None` if `path` is no readable ELF
+/// file. What a module's addresses are looked up by, from offsets alone.
+pub fn svmas_of_offsets(path: &Path, offsets: &[u64]) -> Option<Vec<Option<u64>>> {
+    let head = read_head(path).ok()?;
+    let segs = exec_segments(&head).or_else(|| exec_segments(crate::mapped::Mapped::open(path).ok()?.bytes()))?;
+    let svma = |off: u64| segs.iter().find(|s| s.0 <= off && off < s.0 + s.1).map(|s| off - s.0 + s.2);
+    Some(offsets.iter().map(|&o| svma(o)).collect())
+}
+
 /// The first page of a file: where an ELF image keeps its program headers.
 /// Read, not mapped: a mapping's `munmap` costs every thread of the process
 /// a TLB flush.

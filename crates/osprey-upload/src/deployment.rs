@@ -14,8 +14,6 @@
 //! The pod uid is left out of Pyroscope's series labels: it changes with
 //! every pod, like the pod name, but adds nothing the name does not tell.
 
-use std::collections::BTreeMap;
-
 /// The container and Kubernetes facts of one process; every field may be
 /// missing (a process on a host, a container with a private cgroup namespace).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -37,29 +35,34 @@ impl Deployment {
     /// cannot be read is missing.
     pub fn of(pid: i32) -> Deployment {
         let cgroup = osprey_procfs::cgroup::read(pid).unwrap_or_default();
+        if pid <= 0 || pid as u32 == std::process::id() {
+            // Its own environment is at hand: no `/proc` read, no parse of the whole block.
+            return Deployment::from_vars(&cgroup, |k| std::env::var(k).ok());
+        }
         let environ = osprey_procfs::read_file(&osprey_procfs::proc_dir(pid).join("environ")).unwrap_or_default();
         Deployment::parse(&cgroup, &environ)
     }
 
     /// From a `/proc/PID/cgroup` text and a `/proc/PID/environ` block
-    /// (`KEY=value` entries separated by NUL bytes).
+    /// (`KEY=value` entries separated by NUL bytes; the first of a repeated
+    /// key counts, as `getenv` finds it).
     pub fn parse(cgroup: &str, environ: &[u8]) -> Deployment {
-        let placement = osprey_procfs::cgroup::parse(cgroup);
-        let env: BTreeMap<String, String> = environ
-            .split(|b| *b == 0)
-            .filter_map(|kv| {
-                let kv = String::from_utf8_lossy(kv);
-                kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))
+        let var = |key: &str| {
+            environ.split(|b| *b == 0).find_map(|kv| {
+                let v = kv.strip_prefix(key.as_bytes())?.strip_prefix(b"=")?;
+                Some(String::from_utf8_lossy(v).into_owned())
             })
-            .collect();
+        };
+        Deployment::from_vars(cgroup, var)
+    }
+
+    /// From a cgroup text and a lookup of the process's environment variables.
+    fn from_vars(cgroup: &str, var: impl Fn(&str) -> Option<String>) -> Deployment {
+        let placement = osprey_procfs::cgroup::parse(cgroup);
         let otel: Vec<(String, String)> =
-            env.get("OTEL_RESOURCE_ATTRIBUTES").map(|a| crate::config::resource_attributes(a)).unwrap_or_default();
-        let pick = |attr: &str, var: &str| {
-            otel.iter()
-                .find(|(k, _)| k == attr)
-                .map(|(_, v)| v.clone())
-                .or_else(|| env.get(var).cloned())
-                .filter(|v| !v.is_empty())
+            var("OTEL_RESOURCE_ATTRIBUTES").map(|a| crate::config::resource_attributes(&a)).unwrap_or_default();
+        let pick = |attr: &str, name: &str| {
+            otel.iter().find(|(k, _)| k == attr).map(|(_, v)| v.clone()).or_else(|| var(name)).filter(|v| !v.is_empty())
         };
         Deployment {
             container_id: placement.container_id.map(str::to_string),
@@ -150,6 +153,14 @@ mod tests {
         assert_eq!(d.namespace.as_deref(), Some("ns a"), "values are percent-decoded");
         assert_eq!(d.container_id, None);
         assert_eq!(d.comments(), ["k8s.pod.name=from-otel", "k8s.namespace.name=ns a"]);
+    }
+
+    /// Its own process's facts come from its environment, as `/proc` has them.
+    #[test]
+    fn own_process_reads_as_its_proc_files() {
+        let cgroup = osprey_procfs::cgroup::read(0).unwrap_or_default();
+        let environ = osprey_procfs::read_file(std::path::Path::new("/proc/self/environ")).unwrap();
+        assert_eq!(Deployment::of(0), Deployment::parse(&cgroup, &environ));
     }
 
     #[test]

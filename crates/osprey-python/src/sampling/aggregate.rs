@@ -209,6 +209,7 @@ impl Aggregator {
         sample_types.push(("wall".into(), "nanoseconds".into()));
         let data = ProfileData {
             pid: self.pid,
+            process: None,
             sample_types,
             period: ("wall".into(), "nanoseconds".into(), self.interval_ns),
             start_realtime_ns: start_ns,

@@ -124,6 +124,8 @@ pub struct Aggregator {
     /// What full rings lost, by thread.
     lost_ring: HashMap<i32, Agg>,
     names: HashMap<i32, String>,
+    /// Threads named since the last flush began: their names are current.
+    named_since_flush: HashSet<i32>,
     start_realtime_ns: u64,
     start_mono_ns: u64,
     /// `Registry::dropped_unregistered` at the last flush.
@@ -148,6 +150,7 @@ impl Aggregator {
             heap: LiveHeap::default(),
             lost_ring: HashMap::new(),
             names: HashMap::new(),
+            named_since_flush: HashSet::new(),
             start_realtime_ns: sys::realtime_ns(),
             start_mono_ns: sys::monotonic_ns(),
             unregistered_seen: Registry::get().map_or(0, |r| r.dropped_unregistered.load(Relaxed)),
@@ -198,6 +201,7 @@ impl Aggregator {
         for &tid in tids {
             if let std::collections::hash_map::Entry::Vacant(e) = self.names.entry(tid) {
                 let name = thread_name(tid);
+                self.named_since_flush.insert(tid);
                 if !name.is_empty() {
                     e.insert(name);
                 }
@@ -340,6 +344,9 @@ impl Aggregator {
             .chain(self.heap.keys().map(|k| k.tid))
             .collect();
         for tid in shown {
+            if self.named_since_flush.contains(&tid) {
+                continue; // read during this period's drain
+            }
             if let Some(name) = self.names.get_mut(&tid) {
                 let now = thread_name(tid);
                 if !now.is_empty() {
@@ -437,8 +444,10 @@ impl Aggregator {
             });
         }
         let now_mono = sys::monotonic_ns();
+        let pid = sys::getpid();
         let data = ProfileData {
-            pid: sys::getpid(),
+            pid,
+            process: self.names.get(&pid).cloned(),
             sample_types: self.sample_types(),
             period: ("cpu".into(), "nanoseconds".into(), period_ns as i64),
             start_realtime_ns: self.start_realtime_ns as i64,
@@ -449,6 +458,7 @@ impl Aggregator {
         };
         self.start_realtime_ns = sys::realtime_ns();
         self.start_mono_ns = now_mono;
+        self.named_since_flush.clear();
         // Forget names of threads that are gone and left nothing pending.
         let live: std::collections::HashSet<i32> = self.pending.keys().chain(self.heap.keys()).map(|k| k.tid).collect();
         self.names.retain(|tid, _| live.contains(tid) || reg.lookup(*tid).is_some());

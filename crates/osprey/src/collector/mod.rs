@@ -281,8 +281,9 @@ fn write(
 ) -> Option<PathBuf> {
     let mut comments = vec![format!("runtime-id={}", agent.runtime_id)];
     comments.push(format!("osprey {} hz={}", env!("CARGO_PKG_VERSION"), agent.cfg.hz));
-    if delivery.is_none() {
-        // The container and pod (a Delivery adds them itself): two small /proc reads a period.
+    if delivery.is_none() && !agent.cfg.spool {
+        // The container and pod (a Delivery adds them itself; `osprey exec`
+        // adds the tree's to what it merges from a spool): a `/proc` read a period.
         comments.extend(osprey_upload::Deployment::of(0).comments());
     }
     let mut data = aggregator.flush(reg, storage, agent.cfg.period_ns(), comments);
