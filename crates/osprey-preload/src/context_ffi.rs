@@ -19,10 +19,13 @@ extern "C" fn publish_tls(record: *const c_void) {
 
 /// Publishes the trace context for readers outside the process: threads
 /// point `otel_thread_ctx_v1` at their OTEP 4947 record, and the OTEP 4719
-/// process context announces its schema. Called once at agent start.
-pub(crate) fn start_otel() {
+/// process context announces its schema. Called once at agent start; the
+/// process context `later` than that when given (see `process_ctx::publish_later`).
+pub(crate) fn start_otel(later: Option<std::time::Duration>) {
     context::set_tls_publisher(publish_tls);
-    if let Err(e) = context::process_ctx::publish() {
+    if let Some(after) = later {
+        context::process_ctx::publish_later(after);
+    } else if let Err(e) = context::process_ctx::publish() {
         osprey::say!("osprey: OpenTelemetry process context not published: {e}");
     }
 }

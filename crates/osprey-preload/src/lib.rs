@@ -53,9 +53,11 @@ extern "C" fn init() {
             EXIT_KEY.store(key as usize, Release);
         }
     }
-    if launch::is_descendant() {
+    let descendant = launch::is_descendant();
+    if descendant {
         // Processes the command starts are often short-lived (shells,
-        // compiler drivers): unwind tables once they have lived a while.
+        // compiler drivers): unwind tables (and the OpenTelemetry process
+        // context) once they have lived a while.
         osprey::internals::unwind_tables::defer(DESCENDANT_TABLES_AFTER);
     }
     let cfg = match osprey::Config::from_env() {
@@ -68,7 +70,7 @@ extern "C" fn init() {
     let alloc = cfg.alloc;
     match osprey::Profiler::builder().config(cfg).start() {
         Ok(p) => {
-            context_ffi::start_otel();
+            context_ffi::start_otel(descendant.then_some(DESCENDANT_TABLES_AFTER));
             if alloc {
                 attach_allocators();
             }

@@ -239,8 +239,17 @@ impl Discovery {
         self.interval.unwrap_or(Duration::ZERO).max(base)
     }
 
-    /// Runs the clock check now (before the last profile), whatever its schedule.
+    /// Runs the clock check now (before the last profile), whatever its
+    /// schedule; skipped in a process with one registered thread and less
+    /// than a tenth of a period of its CPU uncharged (no other thread can
+    /// hold a tenth of a sample): a short command lists no threads.
     pub fn check_now(&mut self, reg: &Registry) {
+        let period = STATE.period_ns.load(Relaxed).max(1) as i64;
+        let mut registered = 0;
+        reg.for_each_active(|_, _| registered += 1);
+        if registered <= 1 && uncharged_ns().is_some_and(|u| u < period / 10) {
+            return;
+        }
         if let Ok(tids) = list_threads() {
             self.check_clocks(reg, &tids);
             self.last_check_ns = sys::monotonic_ns();

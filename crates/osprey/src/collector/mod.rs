@@ -90,6 +90,7 @@ fn run(agent: &'static Agent) {
     // subshells) do not pay for compiling every module's tables again.
     let mut tables = agent.tracker.lock().unwrap_or_else(|e| e.into_inner()).take();
     let born = Instant::now();
+    let mut publish_context_after = crate::context::process_ctx::take_later();
     // Uploads (if configured) run on threads of their own; see osprey_upload.
     let mut delivery = cfg.upload.clone().map(|up| {
         let meta = osprey_upload::Meta::new(agent.runtime_id.clone(), sys::getpid(), osprey_upload::Language::Native);
@@ -116,6 +117,12 @@ fn run(agent: &'static Agent) {
             Some(t) => unwind_tables::refresh(t),
             None if born.elapsed() >= agent.tables_after => tables = Some(unwind_tables::fresh()),
             None => {}
+        }
+        if publish_context_after.is_some_and(|after| born.elapsed() >= after) {
+            publish_context_after = None;
+            if let Err(e) = crate::context::process_ctx::publish() {
+                crate::say!("osprey: OpenTelemetry process context not published: {e}");
+            }
         }
         let now = Instant::now();
         if now >= next_scan {

@@ -41,6 +41,24 @@ struct Header {
 /// The published header (`None` until [`publish`] succeeded).
 static HEADER: Mutex<Option<usize>> = Mutex::new(None);
 
+/// How long after the agent's start the collector publishes (0: not left to it).
+static LATER_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Leaves the first [`publish`] to the collector thread, `after` the
+/// agent's start: a process that ends sooner (a build's compiler runs, a
+/// shell's commands) publishes nothing and pays nothing for it.
+pub fn publish_later(after: std::time::Duration) {
+    LATER_MS.store((after.as_millis() as u64).max(1), Release);
+}
+
+/// Whether a publication is left to the collector: `Some(after)` once.
+pub(crate) fn take_later() -> Option<std::time::Duration> {
+    match LATER_MS.swap(0, AcqRel) {
+        0 => None,
+        ms => Some(std::time::Duration::from_millis(ms)),
+    }
+}
+
 /// Publishes the process context (or updates it). `Err` names the failing
 /// step; profiling does not depend on it.
 pub fn publish() -> Result<(), &'static str> {
