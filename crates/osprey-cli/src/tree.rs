@@ -44,6 +44,19 @@ fn ppid(pid: i32) -> Option<i32> {
     Stat::parse(&main_thread_stat(pid)?)?.ppid()
 }
 
+/// An image whose executable is not CPython's. A program that embeds
+/// CPython loads libpython itself: its map is read once it has lived
+/// [`EMBEDDED_AFTER`], so the tree's short commands (a build's compilers, a
+/// script's tools) cost no map read.
+struct Native {
+    image: Image,
+    seen: std::time::Instant,
+    maps_read: bool,
+}
+
+/// When an image's map is read for a libpython it loaded itself.
+const EMBEDDED_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// One Python sampler thread.
 struct Sampler {
     image: Image,
@@ -69,7 +82,7 @@ pub struct Tree {
     /// Parent of every pid seen in `/proc` (as first seen).
     parents: HashMap<i32, i32>,
     /// Images already judged not to be CPython.
-    native: HashMap<i32, Image>,
+    native: HashMap<i32, Native>,
     samplers: HashMap<i32, Sampler>,
     /// Samplers told to stop (their process exec'd), not yet ended.
     stopping: Vec<(i32, Sampler)>,
@@ -129,7 +142,19 @@ impl Tree {
         self.last_watched = pids.len();
         for pid in pids {
             let Some(img) = image(pid) else { continue };
-            if self.native.get(&pid) == Some(&img) || self.samplers.get(&pid).is_some_and(|s| s.image == img) {
+            if let Some(n) = self.native.get_mut(&pid).filter(|n| n.image == img) {
+                if n.maps_read || n.seen.elapsed() < EMBEDDED_AFTER {
+                    continue;
+                }
+                n.maps_read = true;
+                if osprey_python::maps_libpython(pid) {
+                    changed = true;
+                    self.native.remove(&pid);
+                    self.start(pid, img);
+                }
+                continue;
+            }
+            if self.samplers.get(&pid).is_some_and(|s| s.image == img) {
                 continue;
             }
             changed = true;
@@ -140,10 +165,10 @@ impl Tree {
                 s.stop.store(true, Ordering::SeqCst);
                 self.stopping.push((pid, s));
             }
-            if osprey_python::is_cpython_process(pid) {
+            if osprey_python::runs_cpython_executable(pid) {
                 self.start(pid, img);
             } else {
-                self.native.insert(pid, img);
+                self.native.insert(pid, Native { image: img, seen: std::time::Instant::now(), maps_read: false });
             }
         }
         let done: Vec<i32> = self.samplers.iter().filter(|(_, s)| s.thread.is_finished()).map(|(p, _)| *p).collect();

@@ -263,5 +263,8 @@ fn idle_threads_cost_bounded() {
         added.push(per_second);
     }
     assert!(added.iter().all(|&a| a < 0.15), "--wall costs more than 15% of a core: {added:?}");
-    assert!(added[2] < 4.0 * added[0].max(0.01), "cost grows with idle threads: {added:?}");
+    // 1,000 threads cost 3.5-4.5 times 10 (their list, re-read every 200 ms,
+    // and one name read each); a sampler that read every thread anew at
+    // every tick cost 7 times.
+    assert!(added[2] < 5.0 * added[0].max(0.01), "cost grows with idle threads: {added:?}");
 }

@@ -26,7 +26,10 @@ pub use remote::{process, ptrace};
 pub use sampling::session::{attach, attach_with_sink, Options, Summary};
 pub use sampling::{asyncio, native, thread_names};
 pub use target::thread_states::Method;
-pub use target::{abi_free_threaded, is_cpython_executable, is_cpython_process, open_target, Target, Version};
+pub use target::{
+    abi_free_threaded, is_cpython_executable, is_cpython_process, maps_libpython, open_target, runs_cpython_executable,
+    Target, Version,
+};
 pub use walk as stack;
 
 /// Thread-state discovery, under its former path.

@@ -549,11 +549,19 @@ pub fn is_cpython_executable(path: &Path) -> bool {
 /// Does process `pid` run CPython (a libpython3 mapping, or an executable
 /// that is a CPython interpreter)?
 pub fn is_cpython_process(pid: i32) -> bool {
-    if let Ok(maps) = process::read_maps(pid) {
-        if maps.iter().any(|m| process::is_libpython_name(m.path.rsplit('/').next().unwrap_or(""))) {
-            return true;
-        }
-    }
+    maps_libpython(pid) || runs_cpython_executable(pid)
+}
+
+/// Does process `pid` map a libpython3 (the loader's, or one `dlopen`ed by
+/// a program that embeds CPython)? Reads its `/proc/PID/maps`.
+pub fn maps_libpython(pid: i32) -> bool {
+    let Ok(maps) = process::read_maps(pid) else { return false };
+    maps.iter().any(|m| process::is_libpython_name(m.path.rsplit('/').next().unwrap_or("")))
+}
+
+/// Is the executable process `pid` runs a CPython interpreter
+/// ([`is_cpython_executable`], kept per file)?
+pub fn runs_cpython_executable(pid: i32) -> bool {
     match process::exe_path(pid) {
         Ok(exe) => is_cpython_executable(&process::target_path(pid, exe.trim_end_matches(" (deleted)"))),
         Err(_) => false,
