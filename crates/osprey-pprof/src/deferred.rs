@@ -47,12 +47,15 @@ fn offset_in(name: &str, module: &str) -> Option<u64> {
 /// One file as loaded: path, build id.
 type FileKey = (PathBuf, String);
 
-/// What reading a file gave: its build id (hex, empty if none) and the
-/// function name at each file offset asked for.
+/// What reading a file gave: its build id (hex, empty if none), the
+/// function name at each file offset asked for, and the file's own path
+/// (the loader names a library by the link it opened, `/proc/PID/maps` by
+/// the file: `liblzma.so.5` is `liblzma.so.5.4.1`).
 #[derive(Default)]
 struct Named {
     build_id: String,
     names: HashMap<u64, String>,
+    path: Option<String>,
 }
 
 /// Names the deferred locations of `parts` (see the module doc) and gives
@@ -103,7 +106,13 @@ fn deferred_in(p: &Profile) -> Vec<Deferred> {
 }
 
 /// Reads the names at `offsets` of the file `key` names, if it still has the build id loaded.
-fn read_names(key: &FileKey, mut offsets: Vec<u64>) -> Named {
+fn read_names(key: &FileKey, offsets: Vec<u64>) -> Named {
+    let path = std::fs::canonicalize(&key.0).ok().map(|p| p.to_string_lossy().into_owned());
+    Named { path, ..read_symbols(key, offsets) }
+}
+
+/// [`read_names`] but the path.
+fn read_symbols(key: &FileKey, mut offsets: Vec<u64>) -> Named {
     let (path, build_id) = key;
     if crate::build_id::read_hex(path).as_ref() != Some(build_id) {
         return Named::default();
@@ -123,7 +132,7 @@ fn read_names(key: &FileKey, mut offsets: Vec<u64>) -> Named {
         .zip(names)
         .filter_map(|(&(off, _), name)| Some((off, crate::symbolize::demangle(&name?))))
         .collect();
-    Named { build_id, names }
+    Named { build_id, names, path: None }
 }
 
 /// Gives `p`'s deferred locations their names and its deferred mappings
@@ -133,26 +142,38 @@ fn rename(p: &mut Profile, named: &HashMap<FileKey, Named>) {
     let mut functions: HashMap<i64, u64> = HashMap::new();
     for (key, mi, offsets) in deferred_in(p) {
         let n = named.get(&key);
+        let file = n.and_then(|n| n.path.clone());
+        let module = file.as_deref().map(|f| f.rsplit('/').next().unwrap_or(f).to_string());
         let mut all = !offsets.is_empty();
         for (li, off) in offsets {
-            match n.and_then(|n| n.names.get(&off)) {
-                Some(name) => {
-                    let s = intern(p, &mut strings, name);
-                    let f = *functions.entry(s).or_insert_with(|| {
-                        let id = p.function.len() as u64 + 1;
-                        p.function.push(Function { id, name: s, system_name: s, filename: 0, start_line: 0 });
-                        id
-                    });
-                    p.location[li].line = vec![Line { function_id: f, line: 0, column: 0 }];
+            let name = match (n.and_then(|n| n.names.get(&off)), &module) {
+                (Some(name), _) => name.clone(),
+                (None, Some(module)) => {
+                    all = false;
+                    format!("{module}+{off:#x}")
                 }
-                None => all = false,
-            }
+                (None, None) => {
+                    all = false;
+                    continue;
+                }
+            };
+            let s = intern(p, &mut strings, &name);
+            let f = *functions.entry(s).or_insert_with(|| {
+                let id = p.function.len() as u64 + 1;
+                p.function.push(Function { id, name: s, system_name: s, filename: 0, start_line: 0 });
+                id
+            });
+            p.location[li].line = vec![Line { function_id: f, line: 0, column: 0 }];
         }
         let id = n.map_or("", |n| n.build_id.as_str()).to_string();
         let id = intern(p, &mut strings, &id);
+        let filename = file.map(|f| intern(p, &mut strings, &f));
         let m = &mut p.mapping[mi];
         m.build_id = id;
         m.has_functions = all;
+        if let Some(f) = filename {
+            m.filename = f;
+        }
     }
 }
 
@@ -230,6 +251,7 @@ mod tests {
         assert!(names(&part)[0].ends_with("marker_for_merge_names"), "{:?}", names(&part));
         for (m, d) in part.mapping.iter().zip(&direct.mapping) {
             assert_eq!(p_str(&part, m.build_id), p_str(&direct, d.build_id));
+            assert_eq!(p_str(&part, m.filename), p_str(&direct, d.filename), "the file, not the loader's link");
             assert!(m.has_functions);
         }
     }

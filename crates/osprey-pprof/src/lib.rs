@@ -184,10 +184,7 @@ pub fn write_profile_with(
     dest: Destination,
 ) -> std::io::Result<std::path::PathBuf> {
     if dest == Destination::Journal {
-        // The merge names what this process's files hold, once for the whole tree.
-        let own = to_pprof as fn(&ProfileData) -> pprof::Profile as usize as u64;
-        let defer = |r: &maps::Region| !data.lines && deferred::defers(r, own);
-        let profile = encode_late(data, late, &defer);
+        let profile = to_pprof_part(data, late);
         return journal::append(dir, journal::Kind::Profile, &prost::Message::encode_to_vec(&profile));
     }
     let pending = file::Pending::create(dir)?;
@@ -205,6 +202,15 @@ pub fn to_pprof(data: &ProfileData) -> pprof::Profile {
 /// possible. Their frames should be synthetic or interpreted.
 pub fn to_pprof_late(data: &ProfileData, late: impl FnOnce() -> Vec<Sample>) -> pprof::Profile {
     encode_late(data, late, &|_| false)
+}
+
+/// As [`to_pprof_late`], for a part of a spool that `osprey exec` merges:
+/// the merge names what this process's files hold, once for the whole
+/// tree ([`deferred`]); with DWARF lines asked for, everything is named here.
+pub fn to_pprof_part(data: &ProfileData, late: impl FnOnce() -> Vec<Sample>) -> pprof::Profile {
+    let own = to_pprof as fn(&ProfileData) -> pprof::Profile as usize as u64;
+    let defer = |r: &maps::Region| !data.lines && deferred::defers(r, own);
+    encode_late(data, late, &defer)
 }
 
 /// [`to_pprof_late`], leaving the regions `defer` picks unnamed (see

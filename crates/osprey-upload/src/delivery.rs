@@ -64,7 +64,11 @@ impl Delivery {
             Some(dir) if spool.is_none() => Some(osprey_pprof::file::Pending::create(dir)?),
             _ => None,
         };
-        let mut profile = osprey_pprof::to_pprof_late(data, late);
+        // A part no backend gets is named by the merge (the backends want names).
+        let mut profile = match (spool, &self.uploader) {
+            (Some(_), None) => osprey_pprof::to_pprof_part(data, late),
+            _ => osprey_pprof::to_pprof_late(data, late),
+        };
         let mut comments = Vec::new();
         if !data.comments.iter().any(|c| c.starts_with("runtime-id=")) {
             comments.push(format!("runtime-id={}", self.runtime_id));

@@ -84,6 +84,13 @@ impl Meta {
     pub fn new(runtime_id: impl Into<String>, pid: i32, language: Language) -> Meta {
         Meta { runtime_id: runtime_id.into(), pid, language, host: hostname(), deployment: Deployment::of(pid) }
     }
+
+    /// For a process whose profiles only go to a spool that `osprey exec`
+    /// merges: neither host nor deployment is read, the merge adds the
+    /// tree's (no backend of its own needs them).
+    pub fn in_spool(runtime_id: impl Into<String>, pid: i32, language: Language) -> Meta {
+        Meta { runtime_id: runtime_id.into(), pid, language, host: String::new(), deployment: Deployment::default() }
+    }
 }
 
 /// One period's profile, as submitted.

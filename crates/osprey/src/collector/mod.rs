@@ -93,7 +93,11 @@ fn run(agent: &'static Agent) {
     let mut publish_context_after = crate::context::process_ctx::take_later();
     // Uploads (if configured) run on threads of their own; see osprey_upload.
     let mut delivery = cfg.upload.clone().map(|up| {
-        let meta = osprey_upload::Meta::new(agent.runtime_id.clone(), sys::getpid(), osprey_upload::Language::Native);
+        let (id, pid, native) = (agent.runtime_id.clone(), sys::getpid(), osprey_upload::Language::Native);
+        let meta = match up.out_spool && !up.uploads() {
+            true => osprey_upload::Meta::in_spool(id, pid, native),
+            false => osprey_upload::Meta::new(id, pid, native),
+        };
         osprey_upload::Delivery::with_spawner(up, meta, cfg.period, spawn_upload)
     });
     let mut report = osprey_upload::RunReport::default();
