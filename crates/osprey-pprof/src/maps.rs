@@ -81,15 +81,21 @@ impl ProcMaps {
     /// its notes, which are in memory. Anonymous memory, JIT code and files
     /// mapped without the loader are not in it.
     pub fn from_loader() -> ProcMaps {
-        let exe = fs::read_link("/proc/self/exe").ok();
+        // The executable is this process's for its whole life (an exec starts a new one).
+        static EXE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        let exe = EXE.get_or_init(|| fs::read_link("/proc/self/exe").ok().map(|p| p.to_string_lossy().into_owned()));
+        let (path, deleted) = match exe.as_deref().map(|e| (e.strip_suffix(" (deleted)"), e)) {
+            Some((Some(gone), _)) => (gone.to_string(), true),
+            Some((None, e)) => (e.to_string(), false),
+            None => (String::new(), false),
+        };
         let mut regions = loader::regions();
-        for r in &mut regions {
-            if r.path.is_empty() {
-                r.path = exe.as_ref().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
-            }
+        for r in regions.iter_mut().filter(|r| r.path.is_empty()) {
+            r.path.clone_from(&path);
+            r.deleted = deleted;
         }
         regions.sort_by_key(|r| r.start);
-        ProcMaps { regions, exe }
+        ProcMaps { regions, exe: exe.as_ref().map(|_| PathBuf::from(path)) }
     }
 
     /// Gives each region the build id a region of `loaded` (see
@@ -180,7 +186,9 @@ mod loader {
             let desc_at = 12 + align(namesz);
             let desc = notes.get(desc_at..desc_at + descsz)?;
             if kind == 3 && name == b"GNU\0" && !desc.is_empty() {
-                return Some(desc.iter().map(|b| format!("{b:02x}")).collect());
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let hex = desc.iter().flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+                return Some(hex.map(char::from).collect());
             }
             notes = notes.get(desc_at + align(descsz)..)?;
         }

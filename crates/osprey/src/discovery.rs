@@ -103,6 +103,8 @@ pub struct Discovery {
     checked_once: bool,
     /// [`uncharged_ns`] and the time when the last per-thread check ran.
     uncharged_at_check: Option<(i64, u64)>,
+    /// [`uncharged_ns`] when the collector started (see [`Discovery::started`]).
+    uncharged_at_start: Option<i64>,
     /// The current scan interval (backs off while nothing changes).
     interval: Option<Duration>,
     /// Thread count and registry changes when the last full scan started.
@@ -239,15 +241,26 @@ impl Discovery {
         self.interval.unwrap_or(Duration::ZERO).max(base)
     }
 
+    /// Notes [`uncharged_ns`] when the collector starts: what the main
+    /// thread used before it was registered (the loader, the agent's own
+    /// start) is never charged, and is no thread's to account.
+    pub fn started(&mut self) {
+        self.uncharged_at_start = uncharged_ns();
+    }
+
     /// Runs the clock check now (before the last profile), whatever its
-    /// schedule; skipped in a process with one registered thread and less
-    /// than a tenth of a period of its CPU uncharged (no other thread can
-    /// hold a tenth of a sample): a short command lists no threads.
+    /// schedule; skipped in a process with one registered thread where less
+    /// than a tenth of a period of CPU went uncharged since [`started`]
+    /// (no other thread can hold a tenth of a sample): a short command
+    /// lists no threads.
+    ///
+    /// [`started`]: Discovery::started
     pub fn check_now(&mut self, reg: &Registry) {
         let period = STATE.period_ns.load(Relaxed).max(1) as i64;
         let mut registered = 0;
         reg.for_each_active(|_, _| registered += 1);
-        if registered <= 1 && uncharged_ns().is_some_and(|u| u < period / 10) {
+        let since_start = self.uncharged_at_start.zip(uncharged_ns()).map(|(a, b)| b - a);
+        if registered <= 1 && since_start.is_some_and(|u| u < period / 10) {
             return;
         }
         if let Ok(tids) = list_threads() {

@@ -82,6 +82,7 @@ fn run(agent: &'static Agent) {
     let storage = agent.storage;
     let cfg = &agent.cfg;
     let mut discovery = Discovery::default();
+    discovery.started();
     let timeline = cfg.upload.as_ref().is_some_and(|u| u.timeline);
     let mut aggregator = Aggregator::new(Kinds { wall: cfg.wall, alloc: cfg.alloc, timeline });
     // In a forked child there is no tracker: the parent's published tables
