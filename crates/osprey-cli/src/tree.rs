@@ -40,8 +40,25 @@ fn image(pid: i32) -> Option<Image> {
     Some(Image { exe, startcode: stat.startcode()?, startstack: stat.startstack()? })
 }
 
-fn ppid(pid: i32) -> Option<i32> {
-    Stat::parse(&main_thread_stat(pid)?)?.ppid()
+/// Whether this kernel has `/proc/PID/task/TID/children` (`CONFIG_PROC_CHILDREN`).
+fn children_files() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists())
+}
+
+/// The children of every thread of `pid` (`/proc/PID/task/TID/children`);
+/// `None` if the process is gone.
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let path = t.path().join("children");
+        if let Ok(text) = osprey_procfs::read_file(&path) {
+            let text = String::from_utf8_lossy(&text);
+            out.extend(text.split_ascii_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+        }
+    }
+    Some(out)
 }
 
 /// An image whose executable is not CPython's. A program that embeds
@@ -79,7 +96,9 @@ pub struct Tree {
     opts: osprey_python::Options,
     /// Where each sampler's profiles go (files and/or backends).
     up: osprey_upload::UploadConfig,
-    /// Parent of every pid seen in `/proc` (as first seen).
+    /// The descendants found so far (orphans stay: their parent was one).
+    members: Vec<i32>,
+    /// Without `children` files: the parent of every pid seen in `/proc` (as first seen).
     parents: HashMap<i32, i32>,
     /// Images already judged not to be CPython.
     native: HashMap<i32, Native>,
@@ -98,6 +117,7 @@ impl Tree {
             children,
             opts,
             up,
+            members: Vec::new(),
             parents: HashMap::new(),
             native: HashMap::new(),
             samplers: HashMap::new(),
@@ -107,18 +127,44 @@ impl Tree {
         }
     }
 
-    /// The watched pids: the root, and with `--children` its descendants.
+    /// The watched pids: the root, and with `--children` its descendants,
+    /// found through the `children` files of the tree's threads (the
+    /// tree's own `/proc` entries, not the machine's). A process whose
+    /// parent ended before it was seen is not found, as it would not be by
+    /// its parent pid either.
     fn watched(&mut self) -> Vec<i32> {
         if !self.children {
             return vec![self.root];
         }
+        if !children_files() {
+            return self.by_parent_pids();
+        }
+        let mut out = vec![self.root];
+        out.extend(self.members.iter().copied().filter(|&p| p != self.root));
+        let mut seen: HashSet<i32> = out.iter().copied().collect();
+        let mut live = Vec::with_capacity(out.len());
+        let mut i = 0;
+        while i < out.len() {
+            let pid = out[i];
+            i += 1;
+            let Some(children) = children_of(pid) else { continue };
+            live.push(pid);
+            out.extend(children.into_iter().filter(|c| seen.insert(*c)));
+        }
+        self.members = live.clone();
+        live
+    }
+
+    /// [`Tree::watched`] without `children` files (a kernel built without
+    /// them): every pid of `/proc` and its parent, as first seen.
+    fn by_parent_pids(&mut self) -> Vec<i32> {
         let Ok(dir) = std::fs::read_dir("/proc") else { return vec![self.root] };
         let live: HashSet<i32> =
             dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect();
         self.parents.retain(|p, _| live.contains(p));
         for &p in &live {
             if let std::collections::hash_map::Entry::Vacant(v) = self.parents.entry(p) {
-                if let Some(pp) = ppid(p) {
+                if let Some(pp) = Stat::parse(&main_thread_stat(p).unwrap_or_default()).and_then(|s| s.ppid()) {
                     v.insert(pp);
                 }
             }
