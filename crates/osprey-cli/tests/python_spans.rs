@@ -22,26 +22,32 @@ fn fixture() -> PathBuf {
     Path::new(PY_CRATE).join("tests/py/otel_spans.py")
 }
 
-/// Checks the profiles in `out` against the spans the program wrote.
-fn check(name: &str, py: &Py, out: &Path, used_file: &str) {
+/// Checks the profiles in `out` against the spans the program wrote
+/// (None: run again, see `check_spans`).
+fn check(name: &str, py: &Py, out: &Path, used_file: &str, last: bool) -> Option<()> {
     let profiles = read_profiles(out);
     let _ = std::fs::remove_dir_all(out);
     let host = py.host_path(used_file);
-    check_spans(name, &profiles, &host, Some(3));
+    let t = check_spans(name, &profiles, &host, Some(3), last);
     let _ = std::fs::remove_file(&host);
+    t.map(|_| ())
 }
 
 fn exec(name: &str) {
     let Some(py) = python(name) else { return };
     let Some(sdk) = otel_sdk(&py, name) else { return };
     let _slots = slots(2);
-    let out = tempdir(&format!("spans-{name}"));
-    let used = py.scratch("spans");
-    let script = py.script_at(&fixture());
-    let mut cmd = py.argv();
-    cmd.extend([script, used.clone(), "3".into(), "4".into()]);
-    exec_into(&out, &["--hz", "100"], &cmd, &[("PYTHONPATH", &sdk)]);
-    check(name, &py, &out, &used);
+    for attempt in 0..2 {
+        let out = tempdir(&format!("spans-{name}"));
+        let used = py.scratch("spans");
+        let script = py.script_at(&fixture());
+        let mut cmd = py.argv();
+        cmd.extend([script, used.clone(), "3".into(), "4".into()]);
+        exec_into(&out, &["--hz", "100"], &cmd, &[("PYTHONPATH", &sdk)]);
+        if check(name, &py, &out, &used, attempt == 1).is_some() {
+            return;
+        }
+    }
 }
 
 osprey_testkit::per_interpreter!(only exec;
@@ -82,21 +88,25 @@ fn attach() {
     let Some(py) = python(name) else { return };
     let Some(sdk) = otel_sdk(&py, name) else { return };
     let _slots = slots(2);
-    let used = py.scratch("spans");
     let script = py.script_at(&fixture());
-    let mut child =
-        py.command(&[&script, &used, "3", "5"]).env("PYTHONPATH", &sdk).stdout(Stdio::piped()).spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
-    let out = tempdir("spans-attach");
-    let o = Command::new(osprey())
-        .args(["attach", "--pid", &child.id().to_string(), "--duration", "4", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let status = child.wait().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(status.success(), "the program failed");
-    check(name, &py, &out, &used);
+    for attempt in 0..2 {
+        let used = py.scratch("spans");
+        let mut child =
+            py.command(&[&script, &used, "3", "5"]).env("PYTHONPATH", &sdk).stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let out = tempdir("spans-attach");
+        let o = Command::new(osprey())
+            .args(["attach", "--pid", &child.id().to_string(), "--duration", "4", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(status.success(), "the program failed");
+        if check(name, &py, &out, &used, attempt == 1).is_some() {
+            return;
+        }
+    }
 }

