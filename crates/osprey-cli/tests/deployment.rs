@@ -47,6 +47,19 @@ impl Scope {
         c.arg("-c").arg(format!("echo $$ > {}/cgroup.procs && exec \"$@\"", self.dir.display())).arg("sh").args(cmd);
         c
     }
+
+    /// `cmd` run in this cgroup with the downward API's pod variables;
+    /// fails the test unless it succeeds.
+    fn run_in_pod(&self, cmd: &[&str]) {
+        let r = self
+            .command(cmd)
+            .env("POD_NAME", "web-7d4b9c")
+            .env("POD_NAMESPACE", "shop")
+            .env("NODE_NAME", "node-3")
+            .output()
+            .unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    }
 }
 
 impl Drop for Scope {
@@ -83,14 +96,7 @@ fn exec_in_a_container_names_the_container_and_the_pod() {
     ];
     // Files only: the agent writes them itself.
     let out = tempdir("cg-files");
-    let r = scope
-        .command(&[o, "exec", "-q", "--out", out.to_str().unwrap(), "--", d, "--threads", "1", "--seconds", "0.5"])
-        .env("POD_NAME", "web-7d4b9c")
-        .env("POD_NAMESPACE", "shop")
-        .env("NODE_NAME", "node-3")
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    scope.run_in_pod(&[o, "exec", "-q", "--out", out.to_str().unwrap(), "--", d, "--threads", "1", "--seconds", "0.5"]);
     let c = comments(&out);
     for w in &want {
         assert!(c.contains(w), "{w} in the comments: {c:?}");
@@ -98,14 +104,7 @@ fn exec_in_a_container_names_the_container_and_the_pod() {
     // A tree: its agents leave the container and pod to `osprey exec`'s merge.
     let out = tempdir("cg-tree");
     let script = format!("{d} --threads 1 --seconds 0.3; /bin/true");
-    let r = scope
-        .command(&[o, "exec", "-q", "--children", "--out", out.to_str().unwrap(), "--", "/bin/sh", "-c", &script])
-        .env("POD_NAME", "web-7d4b9c")
-        .env("POD_NAMESPACE", "shop")
-        .env("NODE_NAME", "node-3")
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    scope.run_in_pod(&[o, "exec", "-q", "--children", "--out", out.to_str().unwrap(), "--", "/bin/sh", "-c", &script]);
     let c = comments(&out);
     for w in &want {
         assert_eq!(c.iter().filter(|x| *x == w).count(), 1, "{w} once in the comments: {c:?}");

@@ -61,21 +61,15 @@ struct Named {
 /// Names the deferred locations of `parts` (see the module doc) and gives
 /// their mappings the file's build id, or none.
 pub fn name_parts(parts: &mut [Profile]) {
-    let mut wanted: HashMap<FileKey, Vec<u64>> = HashMap::new();
-    for p in parts.iter() {
-        for (key, _, offsets) in deferred_in(p) {
-            wanted.entry(key).or_default().extend(offsets.into_iter().map(|(_, off)| off));
-        }
+    let found: Vec<Vec<Deferred>> = parts.iter().map(deferred_in).collect();
+    let mut wanted: HashMap<&FileKey, Vec<u64>> = HashMap::new();
+    for (key, _, offsets) in found.iter().flatten() {
+        wanted.entry(key).or_default().extend(offsets.iter().map(|&(_, off)| off));
     }
-    let named: HashMap<FileKey, Named> = wanted
-        .into_iter()
-        .map(|(key, offsets)| {
-            let n = read_names(&key, offsets);
-            (key, n)
-        })
-        .collect();
-    for p in parts.iter_mut() {
-        rename(p, &named);
+    let named: HashMap<&FileKey, Named> =
+        wanted.into_iter().map(|(key, offsets)| (key, read_names(key, offsets))).collect();
+    for (p, found) in parts.iter_mut().zip(&found) {
+        rename(p, found, &named);
     }
 }
 
@@ -137,15 +131,15 @@ fn read_symbols(key: &FileKey, mut offsets: Vec<u64>) -> Named {
 
 /// Gives `p`'s deferred locations their names and its deferred mappings
 /// their build ids (marks removed).
-fn rename(p: &mut Profile, named: &HashMap<FileKey, Named>) {
+fn rename(p: &mut Profile, found: &[Deferred], named: &HashMap<&FileKey, Named>) {
     let mut strings: HashMap<String, i64> = HashMap::new();
     let mut functions: HashMap<i64, u64> = HashMap::new();
-    for (key, mi, offsets) in deferred_in(p) {
-        let n = named.get(&key);
+    for (key, mi, offsets) in found {
+        let (mi, n) = (*mi, named.get(key));
         let file = n.and_then(|n| n.path.clone());
         let module = file.as_deref().map(|f| f.rsplit('/').next().unwrap_or(f).to_string());
         let mut all = !offsets.is_empty();
-        for (li, off) in offsets {
+        for &(li, off) in offsets {
             let name = match (n.and_then(|n| n.names.get(&off)), &module) {
                 (Some(name), _) => name.clone(),
                 (None, Some(module)) => {
