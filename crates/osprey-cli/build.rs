@@ -7,10 +7,11 @@
 //! leave plain `cargo build -p osprey-cli` and `cargo install` producing a
 //! binary without its agent. The nested cargo uses its own target directory
 //! (`<target>/osprey-agent`) because the outer cargo holds the lock of its own
-//! for the whole build: sharing it would deadlock. It builds the same
-//! profile as the outer build, with debug info stripped (the embedded copy
-//! is what a copied binary writes to its cache; development builds prefer
-//! the full libraries beside the binary, see `src/agent_libs.rs`).
+//! for the whole build: sharing it would deadlock. It builds the outer
+//! build's profile (for a release build, `agent`: release with whole-program
+//! LTO), with debug info stripped (the embedded copy is what a copied binary
+//! writes to its cache; development builds prefer the full libraries beside
+//! the binary, see `src/agent_libs.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,11 +36,16 @@ fn main() {
         cargo.args(["--target", &target]);
         artifacts.push(&target);
     }
-    artifacts.push(if release { "release" } else { "debug" });
-    if release {
-        cargo.arg("--release");
-    }
-    cargo.env(if release { "CARGO_PROFILE_RELEASE_STRIP" } else { "CARGO_PROFILE_DEV_STRIP" }, "debuginfo");
+    // A release `osprey` embeds the agent of the `agent` profile (release
+    // with whole-program LTO: less for the loader to relocate in each process).
+    let (profile, dir, strip) = if release {
+        ("agent", "agent", "CARGO_PROFILE_AGENT_STRIP")
+    } else {
+        ("dev", "debug", "CARGO_PROFILE_DEV_STRIP")
+    };
+    artifacts.push(dir);
+    cargo.args(["--profile", profile]);
+    cargo.env(strip, "debuginfo");
     // `cargo clippy` wraps the outer rustc only; the agent must be compiled.
     cargo.env_remove("RUSTC_WORKSPACE_WRAPPER").env_remove("CARGO_TARGET_DIR").env_remove("CARGO_BUILD_TARGET_DIR");
     let status = cargo.status().unwrap_or_else(|e| panic!("cannot run cargo for the agent libraries: {e}"));

@@ -15,6 +15,9 @@ MODE (default `loop`):
            with the agent preloaded as `exec --children` does for a
            descendant (LD_PRELOAD and OSPREY_* set on the command line):
            the agent alone, without `osprey exec`'s own process.
+  spawn    as `preload`, but this script starts CMD N times itself
+           (`posix_spawn`, no shell, whose own cost varies the most):
+           resolves differences of 0.05 ms a process with RUNS >= 21.
   gcc      loop of N `gcc -O2 -c x.c` (3 processes each: gcc, cc1, as).
   make     `make -j2 -B` of N small C files (default 40) into a program.
 
@@ -32,7 +35,7 @@ import tempfile
 
 mode = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].isdigit() else "loop"
 args = [a for a in sys.argv[1:] if a.isdigit()]
-n = int(args[0]) if args else {"loop": 200, "preload": 200, "gcc": 30, "make": 40}.get(mode, 200)
+n = int(args[0]) if args else {"loop": 200, "preload": 200, "spawn": 100, "gcc": 30, "make": 40}.get(mode, 200)
 runs = int(args[1]) if len(args) > 1 else 5
 osprey = os.path.abspath(os.environ.get("OSPREY", "target/release/osprey"))
 out = tempfile.mkdtemp(prefix="osprey-start-")
@@ -66,6 +69,8 @@ def setup():
     if mode in ("loop", "preload"):
         cmd = os.environ.get("BENCH_CMD", "/bin/true")
         return ["sh", "-c", f"for i in $(seq {n}); do {cmd}; done"], n + (mode == "loop")
+    if mode == "spawn":
+        return os.environ.get("BENCH_CMD", "/bin/true").split(), n
     if mode == "gcc":
         with open(os.path.join(work, "x.c"), "w") as f:
             f.write(C_UNIT.format(i=0))
@@ -85,21 +90,30 @@ def setup():
             f.write(f"prog: main.o {' '.join(objs)}\n\tgcc -o $@ $^\n%.o: %.c\n\tgcc -O2 -c $< -o $@\n")
         # make, then gcc + cc1 + as per object (main too), then gcc + collect2 + ld.
         return ["make", "-s", "-j2", "-B"], 1 + 3 * (n + 1) + 3
-    sys.exit(f"unknown mode {mode} (loop, preload, gcc, make)")
+    sys.exit(f"unknown mode {mode} (loop, preload, spawn, gcc, make)")
 
 
 def cpu(argv, env=None):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(argv, check=True, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if mode == "spawn":
+        for _ in range(n):
+            pid = os.posix_spawn(argv[0], argv, env if env is not None else os.environ)
+            if os.waitpid(pid, 0)[1] != 0:
+                sys.exit(f"{argv} failed")
+    else:
+        subprocess.run(argv, check=True, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def with_agent(binary, argv):
     """`argv` under the agent of `binary` (its library beside it)."""
-    if mode != "preload":
+    if mode not in ("preload", "spawn"):
         return [binary, "exec", "--children", "--out", out, "--"] + argv, None
     lib = os.path.join(os.path.dirname(os.path.abspath(binary)), "libosprey_preload.so")
+    if mode == "spawn":
+        agent_env = {"LD_PRELOAD": lib, "OSPREY_ROOT_PID": "1", "OSPREY_CHILDREN": "1"}
+        return argv, dict(os.environ, **agent_env, OSPREY_SPOOL="1", OSPREY_OUT=out)
     cmd = os.environ.get("BENCH_CMD", "/bin/true")
     # OSPREY_SPOOL: `out` stands for the spool `osprey exec` merges (parts without fsync).
     pre = f"LD_PRELOAD={lib} OSPREY_ROOT_PID=1 OSPREY_CHILDREN=1 OSPREY_SPOOL=1 OSPREY_OUT={out}"

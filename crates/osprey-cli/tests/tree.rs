@@ -104,6 +104,15 @@ fn make_j2_of_40_files_is_one_file() {
     assert!(functions.iter().any(|f| f.ends_with(')') && !f.contains('+')), "{functions:?}");
     let ids: Vec<&str> = ps.iter().flat_map(|p| p.mapping.iter().map(|m| p.string(m.build_id))).collect();
     assert!(ids.iter().all(|i| !i.starts_with("osprey-deferred")) && ids.iter().any(|i| i.len() == 40), "{ids:?}");
+    // Each process walks with frame pointers until its tables come, through
+    // code built without them: a word that is not a return address into
+    // loaded code ends the walk rather than becoming a frame.
+    let unmapped: Vec<u64> = ps
+        .iter()
+        .flat_map(|p| p.location.iter().filter(|l| l.address != 0 && l.mapping_id == 0))
+        .map(|l| l.address)
+        .collect();
+    assert!(unmapped.is_empty(), "frames in no loaded module: {unmapped:x?}");
     let count = |n: &str| names.values().filter(|v| v.as_str() == n).count();
     assert_eq!(count("make"), 1, "{names:?}");
     assert_eq!(count("gcc"), 40, "{names:?}");

@@ -93,6 +93,15 @@ pub fn generation() -> Option<Generation> {
     iterate(true).generation
 }
 
+/// The executable ranges `[start, end)` of every loaded object, sorted: no
+/// file is read (not even the executable's link).
+pub fn code_ranges() -> (Option<Generation>, Vec<(u64, u64)>) {
+    let scan = iterate(false);
+    let mut ranges: Vec<(u64, u64)> = scan.objects.iter().map(|o| (o.start, o.end)).collect();
+    ranges.sort_unstable();
+    (scan.generation, ranges)
+}
+
 /// Every loaded object with executable segments.
 pub fn loaded() -> (Option<Generation>, Vec<Loaded>) {
     let mut scan = iterate(false);

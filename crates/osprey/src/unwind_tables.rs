@@ -7,7 +7,8 @@
 //!   [`defer`] was called: then the collector compiles them once the
 //!   process has lived that long, so a short-lived process (a shell's
 //!   `sh -c`, a compiler driver) never pays for them; until then samples
-//!   walk with frame pointers.
+//!   walk with frame pointers, vetted against the loaded code's ranges
+//!   ([`refresh_code`]).
 //! - [`refresh`]: each collector pass; one `dl_iterate_phdr` call when nothing
 //!   was `dlopen`ed or `dlclose`d.
 //! - [`park`]: at stop, keeps the tracker (and its compiled tables) for a
@@ -18,6 +19,7 @@
 //! A module whose tables cannot be built gets one line on stderr; its frames
 //! end the walk as truncated.
 
+use crate::signal::unwind::CodeRanges;
 use crate::signal::STATE;
 use osprey_unwind::compile::DEBUG_ROOT;
 use osprey_unwind::scan::Tracker;
@@ -50,6 +52,7 @@ pub(crate) fn deferred() -> std::time::Duration {
 pub(crate) fn start() -> Option<Tracker> {
     let parked = PARKED.lock().unwrap_or_else(|e| e.into_inner()).take();
     if parked.is_none() && !deferred().is_zero() {
+        refresh_code();
         return None;
     }
     let mut t = parked.unwrap_or_else(new_tracker);
@@ -79,6 +82,23 @@ pub(crate) fn refresh(t: &mut Tracker) {
     for e in t.refresh().errors {
         crate::say!("osprey: no unwind tables for {e}; its frames end truncated");
     }
+}
+
+/// While tables are deferred: publishes the loaded code's ranges for the
+/// frame-pointer walk (one `dl_iterate_phdr`, no file read), again whenever
+/// the loader's generation moved. Each set is leaked (a handler may hold
+/// it); a new one is made only after a `dlopen` or `dlclose`.
+pub(crate) fn refresh_code() {
+    static SEEN: Mutex<Option<osprey_unwind::loaded::Generation>> = Mutex::new(None);
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let now = osprey_unwind::loaded::generation();
+    // Without the loader's counters (an old glibc) the first set stays.
+    if !STATE.code.load(Acquire).is_null() && (now.is_none() || *seen == now) {
+        return;
+    }
+    let (generation, ranges) = osprey_unwind::loaded::code_ranges();
+    STATE.code.store(Box::leak(Box::new(CodeRanges::new(ranges))), Release);
+    *seen = generation;
 }
 
 /// Keeps `t` for the next start in this process.

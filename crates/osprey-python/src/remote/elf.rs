@@ -14,8 +14,8 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use object::elf::{SHT_DYNSYM, SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX};
-use object::read::elf::{FileHeader, SectionHeader};
+use object::elf::{SHT_DYNSYM, SHT_GNU_HASH, SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX};
+use object::read::elf::{FileHeader, SectionHeader, Sym};
 use object::{Endianness, FileKind, Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadRef};
 
 /// Larger tables than this are not read (no real symbol table is).
@@ -27,7 +27,6 @@ pub(crate) struct ElfInfo {
     pub symbols: HashMap<String, (u64, u64)>,
     pub first_load_vaddr: u64,
     pub dynstr_needs_libpython: bool,
-    pub defines_python: bool,
 }
 
 fn bad(what: impl std::fmt::Display) -> io::Error {
@@ -39,35 +38,76 @@ fn bad(what: impl std::fmt::Display) -> io::Error {
 /// skipped), the lowest `PT_LOAD` address, `.dynstr` found by name.
 pub(crate) fn elf_info(path: &Path, wanted: &[&str]) -> io::Result<ElfInfo> {
     let file = File::open(path)?;
-    let pieces = Pieces::of(&file).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    let pieces = Pieces::of(&file, Tables::All).map_err(|e| bad(format!("{}: {e}", path.display())))?;
     info_of(&pieces, wanted).map_err(|e| bad(format!("{}: {e}", path.display())))
+}
+
+/// Whether the ELF file at `path` is a CPython interpreter: it defines one
+/// of Python's entry points in its dynamic symbols, or needs a
+/// `libpython3`. Reads the headers and the dynamic symbol and string tables
+/// only (a compiler's full symbol table is megabytes): an interpreter
+/// exports its API there, as the extension modules it loads link against it.
+pub(crate) fn is_interpreter(path: &Path) -> io::Result<bool> {
+    let file = File::open(path)?;
+    let pieces = Pieces::of(&file, Tables::Dynamic).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    // `of_dynamic` took the file for ELF: one of the two classes.
+    let found = match FileKind::parse(&pieces) {
+        Ok(FileKind::Elf32) => dynamic_python::<object::elf::FileHeader32<Endianness>>(&pieces),
+        _ => dynamic_python::<object::elf::FileHeader64<Endianness>>(&pieces),
+    };
+    found.map_err(|e| bad(format!("{}: {e}", path.display())))
+}
+
+/// [`is_interpreter`] over the pieces read.
+fn dynamic_python<Elf: FileHeader<Endian = Endianness>>(data: &Pieces) -> object::Result<bool> {
+    let h = Elf::parse(data)?;
+    let endian = h.endian()?;
+    let sections = h.sections(endian, data)?;
+    let symbols = sections.symbols(endian, data, SHT_DYNSYM)?;
+    // The loader's own lookup, 4 names in the hash table, rather than a
+    // pass over every symbol (`cc1` exports 29,000). Only defined symbols
+    // are in a GNU hash table.
+    let defines = match sections.gnu_hash(endian, data)? {
+        Some((hash, _)) => {
+            let versions = object::read::elf::VersionTable::default();
+            PYTHON_ENTRIES
+                .iter()
+                .any(|n| hash.find(endian, n, object::elf::gnu_hash(n), None, &symbols, &versions).is_some())
+        }
+        None => symbols
+            .iter()
+            .any(|sym| !sym.is_undefined(endian) && sym.name(endian, symbols.strings()).is_ok_and(is_python_entry)),
+    };
+    let needs = sections
+        .section(symbols.string_section())
+        .and_then(|s| s.data(endian, data))
+        .is_ok_and(|d: &[u8]| d.split(|&c| c == 0).any(|n| n.starts_with(b"libpython3")));
+    Ok(defines || needs)
 }
 
 /// File address and size of section `name` of the ELF file at `path`.
 pub(crate) fn section(path: &Path, name: &str) -> io::Result<Option<(u64, u64)>> {
     let file = File::open(path)?;
-    let pieces = Pieces::of(&file).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    let pieces = Pieces::of(&file, Tables::All).map_err(|e| bad(format!("{}: {e}", path.display())))?;
     let elf = object::File::parse(&pieces).map_err(|e| bad(format!("{}: {e}", path.display())))?;
     Ok(elf.section_by_name(name).map(|s| (s.address(), s.size())))
 }
 
 /// Python's entry points: a file that defines one is an interpreter.
+const PYTHON_ENTRIES: [&[u8]; 4] = [b"Py_BytesMain", b"Py_Initialize", b"_PyRuntime", b"PyEval_EvalCode"];
+
 fn is_python_entry(name: &[u8]) -> bool {
-    matches!(name, b"Py_BytesMain" | b"Py_Initialize" | b"_PyRuntime" | b"PyEval_EvalCode")
+    PYTHON_ENTRIES.contains(&name)
 }
 
 /// [`ElfInfo`] of the ELF file `data`.
 fn info_of<'a, R: ReadRef<'a>>(data: R, wanted: &[&str]) -> object::Result<ElfInfo> {
     let file = object::File::parse(data)?;
     let mut symbols = HashMap::new();
-    let mut defines_python = false;
     for sym in file.dynamic_symbols().chain(file.symbols()) {
         let Ok(name) = sym.name() else { continue };
         if sym.is_undefined() {
             continue;
-        }
-        if is_python_entry(name.as_bytes()) {
-            defines_python = true;
         }
         if (wanted.is_empty() || wanted.contains(&name)) && !symbols.contains_key(name) {
             symbols.insert(name.to_string(), (sym.address(), sym.size()));
@@ -78,7 +118,7 @@ fn info_of<'a, R: ReadRef<'a>>(data: R, wanted: &[&str]) -> object::Result<ElfIn
         .section_by_name(".dynstr")
         .and_then(|s| s.data().ok())
         .is_some_and(|d| d.split(|&c| c == 0).any(|n| n.starts_with(b"libpython3")));
-    Ok(ElfInfo { symbols, first_load_vaddr, dynstr_needs_libpython, defines_python })
+    Ok(ElfInfo { symbols, first_load_vaddr, dynstr_needs_libpython })
 }
 
 /// Parts of a file, each read whole: `object` reads them as the file (a
@@ -92,25 +132,35 @@ struct Pieces {
     parts: Vec<(u64, u64, Vec<u64>)>,
 }
 
+/// Which tables [`Pieces::of`] reads besides the headers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tables {
+    /// Every symbol and string table (what `ElfFile::parse` and the symbol
+    /// names need).
+    All,
+    /// The dynamic symbol table, its GNU hash table and their strings.
+    Dynamic,
+}
+
 impl Pieces {
-    /// The ELF headers, section headers, and the symbol and string tables
-    /// of `file`, which must be an ELF file.
-    fn of(file: &File) -> Result<Pieces, String> {
+    /// The ELF headers, section headers, and the `tables` of `file`, which
+    /// must be an ELF file.
+    fn of(file: &File, tables: Tables) -> Result<Pieces, String> {
         let len = file.metadata().map_err(|e| e.to_string())?.len();
         let mut p = Pieces { len, parts: Vec::new() };
         p.load(file, 0, 64.min(len))?;
         match FileKind::parse(&p) {
-            Ok(FileKind::Elf32) => p.read_tables::<object::elf::FileHeader32<Endianness>>(file)?,
-            Ok(FileKind::Elf64) => p.read_tables::<object::elf::FileHeader64<Endianness>>(file)?,
+            Ok(FileKind::Elf32) => p.read_tables::<object::elf::FileHeader32<Endianness>>(file, tables)?,
+            Ok(FileKind::Elf64) => p.read_tables::<object::elf::FileHeader64<Endianness>>(file, tables)?,
             _ => return Err("not an ELF file".into()),
         }
         Ok(p)
     }
 
-    /// Reads what `ElfFile::parse` and the symbol names need, a class of
-    /// ELF file at a time (`Elf`). Each step reads what the previous one
-    /// found (section 0 holds the counts past 0xff00).
-    fn read_tables<Elf: FileHeader<Endian = Endianness>>(&mut self, file: &File) -> Result<(), String> {
+    /// Reads the headers, then `tables`, a class of ELF file at a time
+    /// (`Elf`). Each step reads what the previous one found (section 0
+    /// holds the counts past 0xff00).
+    fn read_tables<Elf: FileHeader<Endian = Endianness>>(&mut self, file: &File, tables: Tables) -> Result<(), String> {
         let e = |e: object::Error| e.to_string();
         let (endian, shoff, shentsize) = {
             let h = Elf::parse(&*self).map_err(e)?;
@@ -128,17 +178,20 @@ impl Pieces {
         };
         self.load(file, phoff, phsize)?;
         self.load(file, shoff, shsize)?;
-        let tables: Vec<(u64, u64)> = {
+        let ranges: Vec<(u64, u64)> = {
             let h = Elf::parse(&*self).map_err(e)?;
             let sections = h.section_headers(endian, &*self).map_err(e)?;
-            let kinds = [SHT_SYMTAB, SHT_DYNSYM, SHT_STRTAB, SHT_SYMTAB_SHNDX];
-            sections
-                .iter()
-                .filter(|s| kinds.contains(&s.sh_type(endian)))
-                .filter_map(|s| s.file_range(endian))
-                .collect()
+            let kinds: &[u32] = match tables {
+                Tables::All => &[SHT_SYMTAB, SHT_DYNSYM, SHT_STRTAB, SHT_SYMTAB_SHNDX],
+                Tables::Dynamic => &[SHT_DYNSYM, SHT_GNU_HASH],
+            };
+            let wanted: Vec<_> = sections.iter().filter(|s| kinds.contains(&s.sh_type(endian))).collect();
+            // The dynamic tables' strings: the section each links to.
+            let links = wanted.iter().filter(|_| tables == Tables::Dynamic);
+            let links = links.filter_map(|s| sections.get(s.sh_link(endian) as usize));
+            wanted.iter().copied().chain(links).filter_map(|s| s.file_range(endian)).collect()
         };
-        for (off, size) in tables {
+        for (off, size) in ranges {
             self.load(file, off, size)?;
         }
         Ok(())
@@ -212,7 +265,7 @@ mod tests {
         files.extend(gcc.map(|d| d.path().join("cc1")).filter(|p| p.exists()));
         for f in &files {
             let whole = std::fs::read(f).unwrap();
-            let pieces = Pieces::of(&File::open(f).unwrap()).unwrap();
+            let pieces = Pieces::of(&File::open(f).unwrap(), Tables::All).unwrap();
             assert!(pieces.parts.len() <= 12, "{}: {} reads", f.display(), pieces.parts.len());
             for wanted in [&[][..], &["Py_BytesMain", "main", "malloc"][..]] {
                 let ours = info_of(&pieces, wanted).unwrap();
@@ -220,12 +273,52 @@ mod tests {
                 assert_eq!(ours.symbols, theirs.symbols, "{}", f.display());
                 assert_eq!(ours.first_load_vaddr, theirs.first_load_vaddr, "{}", f.display());
                 assert_eq!(ours.dynstr_needs_libpython, theirs.dynstr_needs_libpython, "{}", f.display());
-                assert_eq!(ours.defines_python, theirs.defines_python, "{}", f.display());
             }
         }
         let e = elf_info(Path::new("/proc/self/status"), &[]).err().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         let e = elf_info(Path::new("/etc/hostname"), &[]).err().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+
+    /// The dynamic tables alone tell an interpreter as all of the file's
+    /// symbols do: pyenv's shared builds (a `libpython3` needed), Debian's
+    /// static `python3.11` (its API exported), and programs that are not
+    /// one (gcc's `cc1`, with its full symbol table, among them).
+    #[test]
+    fn an_interpreter_is_known_by_its_dynamic_tables() {
+        let mut files: Vec<(std::path::PathBuf, Option<bool>)> = vec![(std::env::current_exe().unwrap(), Some(false))];
+        for (p, is) in [("/bin/sh", Some(false)), ("/bin/true", Some(false)), ("/usr/bin/python3.11", Some(true))] {
+            if Path::new(p).exists() {
+                files.push((Path::new(p).canonicalize().unwrap(), is));
+            }
+        }
+        let pyenv = std::env::var("PYENV_ROOT").map_or_else(|_| Path::new("/root/.pyenv").to_path_buf(), Into::into);
+        for v in std::fs::read_dir(pyenv.join("versions")).into_iter().flatten().flatten() {
+            let exe =
+                std::fs::read_dir(v.path().join("bin")).into_iter().flatten().flatten().map(|e| e.path()).find(|p| {
+                    let n = p.file_name().unwrap().to_string_lossy().into_owned();
+                    n.starts_with("python3.") && n[8..].chars().all(|c| c.is_ascii_digit())
+                });
+            files.extend(exe.map(|e| (e, Some(true))));
+        }
+        let gcc = std::fs::read_dir("/usr/lib/gcc/x86_64-linux-gnu").into_iter().flatten().flatten();
+        files.extend(gcc.map(|d| d.path().join("cc1")).filter(|p| p.exists()).map(|p| (p, Some(false))));
+        assert!(files.iter().any(|(_, is)| *is == Some(true)), "no interpreter found to test with: {files:?}");
+        for (f, expected) in &files {
+            let whole = std::fs::read(f).unwrap();
+            let elf = object::File::parse(&whole[..]).unwrap();
+            let defines = elf
+                .dynamic_symbols()
+                .chain(elf.symbols())
+                .any(|s| !s.is_undefined() && s.name().is_ok_and(|n| is_python_entry(n.as_bytes())));
+            let all_tables = defines || info_of(&whole[..], &[]).unwrap().dynstr_needs_libpython;
+            let ours = is_interpreter(f).unwrap();
+            assert_eq!(ours, all_tables, "{}", f.display());
+            if let Some(e) = expected {
+                assert_eq!(ours, *e, "{}", f.display());
+            }
+        }
+        assert_eq!(is_interpreter(Path::new("/etc/hostname")).unwrap_err().kind(), io::ErrorKind::InvalidData);
     }
 }

@@ -514,8 +514,9 @@ impl Target {
     }
 }
 
-/// Is `path` a CPython interpreter executable? Looks at the ELF file: a
-/// `libpython3` NEEDED entry, or CPython's own symbols (static builds).
+/// Is `path` a CPython interpreter executable? Looks at the ELF file's
+/// dynamic tables: a `libpython3` NEEDED entry, or CPython's own symbols
+/// exported (static builds).
 /// The answer is kept per file (device, inode, size, modification time):
 /// `osprey exec --children` asks it of every process of a tree, most of
 /// which run the same few programs.
@@ -533,8 +534,7 @@ pub fn is_cpython_executable(path: &Path) -> bool {
             return known;
         }
     }
-    let Ok(info) = crate::remote::elf::elf_info(path, &["Py_BytesMain"]) else { return false };
-    let cpython = info.dynstr_needs_libpython || info.defines_python;
+    let cpython = crate::remote::elf::is_interpreter(path).unwrap_or(false);
     if let Some(k) = key {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
         let map = seen.get_or_insert_with(HashMap::new);

@@ -106,9 +106,12 @@ fn run(agent: &'static Agent) {
     let now = Instant::now();
     let drain_interval = drain_interval(cfg);
     // The first scan after one interval: a process that ends sooner is
-    // checked once, by the final flush, rather than listed at start too.
-    let (mut next_scan, mut next_drain, mut next_flush) =
-        (now + cfg.scan_interval, now + drain_interval, now + cfg.period);
+    // checked once, by the final flush, rather than listed at start too. A
+    // process the command started (`--children`) has it when its unwind
+    // tables come: most end before, and threads created without
+    // `pthread_create` are few there (their CPU is still counted at exit).
+    let first_scan = cfg.scan_interval.max(unwind_tables::deferred());
+    let (mut next_scan, mut next_drain, mut next_flush) = (now + first_scan, now + drain_interval, now + cfg.period);
     let mut next_takeover_check = now + TAKEOVER_CHECK;
     // Wall time: blocked threads sampled here, running ones through their CPU clocks.
     let mut wall = cfg.wall.then(|| crate::wall::sampler::Sampler::new(cfg.wall_hz, cfg.wall_threads));
@@ -121,7 +124,7 @@ fn run(agent: &'static Agent) {
         match &mut tables {
             Some(t) => unwind_tables::refresh(t),
             None if born.elapsed() >= agent.tables_after => tables = Some(unwind_tables::fresh()),
-            None => {}
+            None => unwind_tables::refresh_code(),
         }
         if publish_context_after.is_some_and(|after| born.elapsed() >= after) {
             publish_context_after = None;

@@ -45,13 +45,17 @@ pub fn walk(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64]) -> Opt
 
 /// The CFI walk, else (no tables yet, or `sp` outside the known stack: an
 /// alternate signal stack, a coroutine) the frame-pointer walk, marked
-/// truncated when off the stack (leaf only there).
+/// truncated when off the stack (leaf only there). Without tables, the
+/// frame-pointer walk stops at a return address outside the loaded code
+/// when its ranges are published.
 #[inline]
 pub fn walk_or_frame_pointers(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64]) -> Walk {
     if let Some(w) = walk(regs, stack_lo, stack_hi, frames) {
         return w;
     }
-    let w = unwind::walk(regs, stack_lo, stack_hi, frames);
+    // SAFETY: published (Release) before it is read and never freed (see `HandlerState::code`).
+    let code = unsafe { STATE.code.load(Acquire).as_ref() };
+    let w = unwind::walk(regs, stack_lo, stack_hi, frames, |ra| code.is_none_or(|c| c.contains(ra.wrapping_sub(1))));
     let off_stack = stack_hi == 0 || regs.sp < stack_lo || regs.sp >= stack_hi;
     Walk { len: w.len, truncated: w.truncated || off_stack }
 }

@@ -1,6 +1,7 @@
 //! The state handlers read: one process-wide [`HandlerState`], set by the
 //! agent before sampling starts, plus the handlers' own counters.
 
+use super::unwind::CodeRanges;
 use crate::storage::CallTraceStorage;
 use osprey_unwind::{ModuleSet, Shared};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize};
@@ -21,6 +22,10 @@ pub struct HandlerState {
     pub storage: AtomicPtr<CallTraceStorage>,
     /// The unwind tables of the loaded modules (null: frame pointers only).
     pub modules: AtomicPtr<Shared<ModuleSet>>,
+    /// The loaded modules' code, published (and leaked: never freed) while
+    /// `modules` is not yet: what the frame-pointer walk takes for return
+    /// addresses (null: any word).
+    pub code: AtomicPtr<CodeRanges>,
     /// Frames kept per stack (1..=[`MAX_FRAMES`]).
     pub max_depth: AtomicUsize,
     /// CPU nanoseconds one sample stands for.
@@ -54,6 +59,7 @@ pub static STATE: HandlerState = HandlerState {
     enabled: AtomicBool::new(false),
     storage: AtomicPtr::new(core::ptr::null_mut()),
     modules: AtomicPtr::new(core::ptr::null_mut()),
+    code: AtomicPtr::new(core::ptr::null_mut()),
     max_depth: AtomicUsize::new(128),
     period_ns: AtomicU64::new(10_000_000),
     signals: AtomicU64::new(0),

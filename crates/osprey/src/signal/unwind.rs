@@ -11,6 +11,14 @@
 //! pointer and `stack_hi` the top of the mapping that contains it (learned
 //! outside the handler at registration). A garbage frame pointer outside that
 //! window ends the walk instead of being dereferenced.
+//!
+//! # Why it does not record garbage
+//! Code built without frame pointers uses `rbp` as an ordinary register; a
+//! value that happens to point into the stack passes the checks above and
+//! yields "return addresses" that are data (strings, small integers, stack
+//! addresses). When the loaded modules' code ranges are known
+//! ([`CodeRanges`]), a return address outside them ends the walk, marked
+//! truncated.
 
 use super::arch::leaf_return_address;
 pub use super::arch::Regs;
@@ -24,13 +32,42 @@ pub struct Walk {
     pub truncated: bool,
 }
 
+/// The executable ranges of the loaded modules, sorted and disjoint: which
+/// words may be return addresses. Built outside handlers; [`contains`]
+/// (a binary search) is signal-safe.
+///
+/// [`contains`]: CodeRanges::contains
+#[derive(Debug, Default)]
+pub struct CodeRanges {
+    ranges: Box<[(u64, u64)]>,
+}
+
+impl CodeRanges {
+    /// From `[start, end)` ranges in any order (overlaps are kept whole).
+    pub fn new(mut ranges: Vec<(u64, u64)>) -> CodeRanges {
+        ranges.retain(|&(lo, hi)| lo < hi);
+        ranges.sort_unstable();
+        CodeRanges { ranges: ranges.into() }
+    }
+
+    /// Signal-safe. Whether `addr` is in one of the ranges.
+    #[inline]
+    pub fn contains(&self, addr: u64) -> bool {
+        let i = self.ranges.partition_point(|&(lo, _)| lo <= addr);
+        // Overlapping ranges are rare (none from the loader): the last range
+        // starting at or below `addr` decides.
+        i.checked_sub(1).and_then(|i| self.ranges.get(i)).is_some_and(|&(_, hi)| addr < hi)
+    }
+}
+
 /// Walks the frame-pointer chain. `frames[0]` is the interrupted pc (the leaf
 /// is kept); the rest are return addresses. `stack_lo..stack_hi` is the
 /// thread's stack mapping; with `stack_hi == 0` (bounds unknown yet) or `sp`
 /// outside the mapping (e.g. on an alternate signal stack) only the leaf is
-/// recorded.
+/// recorded. `is_code(ret)` vets each return address: a `false` ends the
+/// walk before it, truncated.
 #[inline]
-pub fn walk(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64]) -> Walk {
+pub fn walk(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64], is_code: impl Fn(u64) -> bool) -> Walk {
     let mut len = 0;
     let Some(first) = frames.first_mut() else {
         return Walk { len: 0, truncated: regs.pc != 0 };
@@ -46,6 +83,9 @@ pub fn walk(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64]) -> Wal
     // (`ret`): its return address sits at the stack pointer and `fp` still
     // belongs to the caller's caller... of the caller. Recover the caller.
     if let Some(ret) = leaf_return_address(regs, stack_hi) {
+        if !is_code(ret) {
+            return Walk { len, truncated: true };
+        }
         match frames.get_mut(len) {
             Some(slot) => *slot = ret,
             None => return Walk { len, truncated: true },
@@ -64,6 +104,9 @@ pub fn walk(regs: Regs, stack_lo: u64, stack_hi: u64, frames: &mut [u64]) -> Wal
         };
         if ret == 0 {
             return Walk { len, truncated: false };
+        }
+        if !is_code(ret) {
+            return Walk { len, truncated: true };
         }
         match frames.get_mut(len) {
             Some(slot) => *slot = ret,
@@ -100,7 +143,7 @@ mod tests {
     fn walks_chain_and_keeps_leaf() {
         let (mem, base, hi) = fake_stack(5);
         let mut out = [0u64; 16];
-        let w = walk(Regs { pc: 0xabc, fp: base + 16, sp: base }, base, hi, &mut out);
+        let w = walk(Regs { pc: 0xabc, fp: base + 16, sp: base }, base, hi, &mut out, |_| true);
         assert_eq!(w, Walk { len: 6, truncated: false });
         assert_eq!(out[..6], [0xabc, 0x1000, 0x1001, 0x1002, 0x1003, 0x1004]);
         drop(mem);
@@ -114,11 +157,11 @@ mod tests {
         let code: [u8; 8] = [0x55, 0x48, 0x89, 0xe5, 0xc3, 0x90, 0x90, 0x90];
         let pc = code.as_ptr() as u64;
         let mut out = [0u64; 8];
-        let w = walk(Regs { pc, fp: base + 16, sp: base }, base, hi, &mut out);
+        let w = walk(Regs { pc, fp: base + 16, sp: base }, base, hi, &mut out, |_| true);
         assert_eq!(out[..w.len], [pc, 0x7777, 0x1000, 0x1001]);
         // At `mov %rsp,%rbp`: the return address is one slot up.
         mem[1] = 0x8888;
-        let w = walk(Regs { pc: pc + 1, fp: base + 16, sp: base }, base, hi, &mut out);
+        let w = walk(Regs { pc: pc + 1, fp: base + 16, sp: base }, base, hi, &mut out, |_| true);
         assert_eq!(out[..w.len], [pc + 1, 0x8888, 0x1000, 0x1001]);
     }
 
@@ -126,7 +169,7 @@ mod tests {
     fn marks_truncation() {
         let (_mem, base, hi) = fake_stack(10);
         let mut out = [0u64; 4];
-        let w = walk(Regs { pc: 1, fp: base + 16, sp: base }, base, hi, &mut out);
+        let w = walk(Regs { pc: 1, fp: base + 16, sp: base }, base, hi, &mut out, |_| true);
         assert_eq!(w, Walk { len: 4, truncated: true });
     }
 
@@ -135,10 +178,45 @@ mod tests {
         let (_mem, base, hi) = fake_stack(3);
         let mut out = [0u64; 8];
         for fp in [0, 8, base - 64, hi, hi - 8, base + 17, u64::MAX - 7] {
-            let w = walk(Regs { pc: 7, fp, sp: base }, base, hi, &mut out);
+            let w = walk(Regs { pc: 7, fp, sp: base }, base, hi, &mut out, |_| true);
             assert_eq!(w.len, 1, "fp={fp:#x}");
         }
         // Unknown bounds: leaf only.
-        assert_eq!(walk(Regs { pc: 7, fp: base + 16, sp: base }, 0, 0, &mut out).len, 1);
+        assert_eq!(walk(Regs { pc: 7, fp: base + 16, sp: base }, 0, 0, &mut out, |_| true).len, 1);
+    }
+
+    #[test]
+    fn a_return_address_outside_the_code_ends_the_walk_truncated() {
+        // Return addresses 0x1000..=0x1004; the code holds the first two only.
+        let (_mem, base, hi) = fake_stack(5);
+        let code = CodeRanges::new(vec![(0x1000, 0x1002), (0x9000, 0x9100)]);
+        let mut out = [0u64; 16];
+        let w = walk(Regs { pc: 0xabc, fp: base + 16, sp: base }, base, hi, &mut out, |ra| code.contains(ra));
+        assert_eq!(w, Walk { len: 3, truncated: true });
+        assert_eq!(out[..3], [0xabc, 0x1000, 0x1001]);
+        // A recovered caller of a leaf in its prologue is vetted too.
+        let (mut mem, base, hi) = fake_stack(2);
+        mem[0] = 0x7777;
+        let prologue: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
+        let pc = prologue.as_ptr() as u64;
+        let w = walk(Regs { pc, fp: base + 16, sp: base }, base, hi, &mut out, |ra| code.contains(ra));
+        assert_eq!(w, Walk { len: 1, truncated: true });
+    }
+
+    #[test]
+    fn code_ranges_contain_their_starts_not_their_ends() {
+        let code = CodeRanges::new(vec![(0x5000, 0x6000), (0x1000, 0x2000), (0x3000, 0x3000)]);
+        for (a, inside) in [
+            (0xfff, false),
+            (0x1000, true),
+            (0x1fff, true),
+            (0x2000, false),
+            (0x3000, false),
+            (0x5000, true),
+            (0x6000, false),
+        ] {
+            assert_eq!(code.contains(a), inside, "{a:#x}");
+        }
+        assert!(!CodeRanges::default().contains(0x1000));
     }
 }

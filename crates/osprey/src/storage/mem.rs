@@ -1,7 +1,9 @@
 //! Fixed, zero-initialised buffers backing tables and arenas.
 //!
 //! Normally an anonymous mapping from [`crate::mmap::map_zeroed`] (lazily
-//! committed, so an untouched part of the budget costs no RSS). Under loom the
+//! committed, so an untouched part of the budget costs no RSS); a buffer
+//! smaller than a page (a table's group bits) is zeroed heap memory instead,
+//! which saves each process a mapping and a page fault. Under loom the
 //! atomics are model objects that must be constructed, so the buffer is a heap
 //! slice built with [`Zeroable::zero`]; the code using it is the same.
 //!
@@ -35,17 +37,24 @@ unsafe impl Zeroable for AtomicUsize {
     }
 }
 
+/// Buffers below this many bytes come from the heap.
+#[cfg(not(loom))]
+const SMALL: usize = 4096;
+
 /// `len` zeroed `T`s, fixed for the life of the buffer.
 pub(crate) struct ZeroedBuf<T: Zeroable> {
     ptr: *const T,
     len: usize,
+    /// From the heap (`alloc_zeroed`), not mapped.
+    #[cfg(not(loom))]
+    heap: bool,
     #[cfg(loom)]
     _owned: Box<[T]>,
 }
 
 // SAFETY: the buffer is only handed out as `&[T]`; sharing is as safe as sharing `[T]`.
 unsafe impl<T: Zeroable + Sync> Sync for ZeroedBuf<T> {}
-// SAFETY: the buffer owns its mapping; T is Send.
+// SAFETY: the buffer owns its memory; T is Send.
 unsafe impl<T: Zeroable + Send> Send for ZeroedBuf<T> {}
 
 impl<T: Zeroable> ZeroedBuf<T> {
@@ -55,8 +64,22 @@ impl<T: Zeroable> ZeroedBuf<T> {
         let bytes = len
             .checked_mul(core::mem::size_of::<T>())
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "buffer too large"))?;
+        if bytes > 0 && bytes < SMALL {
+            let layout = Self::layout(len)?;
+            // SAFETY: a non-zero size; all-zero bytes are a valid `T` (`Zeroable`).
+            let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *const T;
+            if ptr.is_null() {
+                return Err(std::io::Error::from(std::io::ErrorKind::OutOfMemory));
+            }
+            return Ok(ZeroedBuf { ptr, len, heap: true });
+        }
         let ptr = crate::mmap::map_zeroed(bytes)? as *const T;
-        Ok(ZeroedBuf { ptr, len })
+        Ok(ZeroedBuf { ptr, len, heap: false })
+    }
+
+    #[cfg(not(loom))]
+    fn layout(len: usize) -> std::io::Result<std::alloc::Layout> {
+        std::alloc::Layout::array::<T>(len).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
     }
 
     /// Not signal-safe (allocates).
@@ -82,6 +105,13 @@ impl<T: Zeroable> ZeroedBuf<T> {
 #[cfg(not(loom))]
 impl<T: Zeroable> Drop for ZeroedBuf<T> {
     fn drop(&mut self) {
+        if self.heap {
+            if let Ok(layout) = Self::layout(self.len) {
+                // SAFETY: allocated by `new` with this layout; no borrow is left.
+                unsafe { std::alloc::dealloc(self.ptr as *mut u8, layout) };
+            }
+            return;
+        }
         // SAFETY: mapped by `new` with this size; `&mut self` means no borrow is left.
         unsafe { crate::mmap::unmap(self.ptr as *mut u8, self.bytes()) };
     }
