@@ -97,7 +97,8 @@ def cpu(argv, env=None):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     if mode == "spawn":
         for _ in range(n):
-            pid = os.posix_spawn(argv[0], argv, env if env is not None else os.environ)
+            quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)]
+            pid = os.posix_spawn(argv[0], argv, env if env is not None else os.environ, file_actions=quiet)
             if os.waitpid(pid, 0)[1] != 0:
                 sys.exit(f"{argv} failed")
     else:
