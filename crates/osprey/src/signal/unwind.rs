@@ -43,19 +43,26 @@ pub struct CodeRanges {
 }
 
 impl CodeRanges {
-    /// From `[start, end)` ranges in any order (overlaps are kept whole).
+    /// From `[start, end)` ranges in any order; overlapping or adjacent
+    /// ones are merged, so the set is sorted and disjoint.
     pub fn new(mut ranges: Vec<(u64, u64)>) -> CodeRanges {
         ranges.retain(|&(lo, hi)| lo < hi);
         ranges.sort_unstable();
-        CodeRanges { ranges: ranges.into() }
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (lo, hi) in ranges {
+            match merged.last_mut() {
+                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                _ => merged.push((lo, hi)),
+            }
+        }
+        CodeRanges { ranges: merged.into() }
     }
 
     /// Signal-safe. Whether `addr` is in one of the ranges.
     #[inline]
     pub fn contains(&self, addr: u64) -> bool {
+        // Disjoint and sorted: only the last range starting at or below `addr` can hold it.
         let i = self.ranges.partition_point(|&(lo, _)| lo <= addr);
-        // Overlapping ranges are rare (none from the loader): the last range
-        // starting at or below `addr` decides.
         i.checked_sub(1).and_then(|i| self.ranges.get(i)).is_some_and(|&(_, hi)| addr < hi)
     }
 }
@@ -205,7 +212,9 @@ mod tests {
 
     #[test]
     fn code_ranges_contain_their_starts_not_their_ends() {
-        let code = CodeRanges::new(vec![(0x5000, 0x6000), (0x1000, 0x2000), (0x3000, 0x3000)]);
+        // Out of order, one empty, and one inside another (merged).
+        let ranges = vec![(0x5000, 0x6000), (0x1000, 0x2000), (0x3000, 0x3000), (0x5100, 0x5200)];
+        let code = CodeRanges::new(ranges);
         for (a, inside) in [
             (0xfff, false),
             (0x1000, true),
@@ -213,6 +222,7 @@ mod tests {
             (0x2000, false),
             (0x3000, false),
             (0x5000, true),
+            (0x5800, true),
             (0x6000, false),
         ] {
             assert_eq!(code.contains(a), inside, "{a:#x}");
