@@ -2,9 +2,12 @@
 //! threads, the CPU time the samples stand for (weighted by timer overruns)
 //! within 5% of the threads' CPU time at 100 Hz, 1 kHz and 10 kHz, and above
 //! the timers' rates (perf clocks, one signal per period) >= 95% of CPU
-//! seconds x rate as samples. A POSIX timer folds the periods that expire
-//! while its signal waits (a thread kept off the CPU by another process):
-//! fewer samples, the same CPU time.
+//! seconds x rate as signals delivered. A POSIX timer folds the periods that
+//! expire while its signal waits (a thread kept off the CPU by another
+//! process): fewer samples, the same CPU time. So does a handler slower than
+//! the period (the debug build's walk at 10 kHz on a loaded machine): it
+//! takes the signals that came meanwhile off the queue into its sample's
+//! weight, and they count as delivered (`STATE.folded`).
 
 use osprey_testkit::run::{burn_cpu, thread_cpu};
 use std::sync::atomic::Ordering::Relaxed;
@@ -14,11 +17,13 @@ fn thread_cpu_ns() -> u64 {
     thread_cpu().as_nanos() as u64
 }
 
-/// (samples taken, CPU ns they stand for, CPU ns used) summed over two busy
-/// threads, and the kind of clock each had at its end.
+/// (samples taken plus signals folded into them, CPU ns they stand for, CPU
+/// ns used) summed over two busy threads, and the kind of clock each had at
+/// its end.
 fn measure(hz: u32, secs: f64) -> ((u64, u64, u64), Vec<String>) {
     let dir = osprey_testkit::tempdir("rate");
     let p = osprey::Profiler::builder().hz(hz).out_dir(&dir).start().expect("start");
+    let folded_before = osprey::internals::signal::STATE.folded.load(Relaxed);
     let hs: Vec<_> = (0..2)
         .map(|_| {
             std::thread::spawn(move || {
@@ -39,6 +44,10 @@ fn measure(hz: u32, secs: f64) -> ((u64, u64, u64), Vec<String>) {
         r = (r.0 + b.0, r.1 + b.1, r.2 + b.2);
         clocks.push(clock);
     }
+    // The main thread waits meanwhile: the folds are the two threads'.
+    let folded = osprey::internals::signal::STATE.folded.load(Relaxed) - folded_before;
+    eprintln!("{hz} Hz: {} samples, {folded} more signals folded into them", r.0);
+    r.0 += folded;
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
     (r, clocks)
@@ -59,17 +68,17 @@ fn delivers_expected_samples() {
             if folds || ratio >= 0.95 || attempt == 3 {
                 break (samples, weighted_ns, cpu_ns, ratio);
             }
-            eprintln!("{hz} Hz: {:.1}% of the expected samples (clocks {clocks:?}), measuring again", ratio * 100.0);
+            eprintln!("{hz} Hz: {:.1}% of the expected signals (clocks {clocks:?}), measuring again", ratio * 100.0);
         };
         let expected = cpu_ns as f64 / 1e9 * hz as f64;
         let cpu_ratio = weighted_ns as f64 / cpu_ns as f64;
         eprintln!(
-            "{hz} Hz: {samples} samples, expected {expected:.0} ({:.1}%); CPU accounted {:.1}%",
+            "{hz} Hz: {samples} signals delivered, expected {expected:.0} ({:.1}%); CPU accounted {:.1}%",
             ratio * 100.0,
             cpu_ratio * 100.0
         );
-        assert!(folds || ratio >= 0.95, "{hz} Hz: only {:.1}% of the expected samples", ratio * 100.0);
-        assert!(ratio <= 1.02, "{hz} Hz: more samples than CPU time allows ({:.1}%)", ratio * 100.0);
+        assert!(folds || ratio >= 0.95, "{hz} Hz: only {:.1}% of the expected signals", ratio * 100.0);
+        assert!(ratio <= 1.02, "{hz} Hz: more signals than CPU time allows ({:.1}%)", ratio * 100.0);
         assert!((0.95..=1.05).contains(&cpu_ratio), "{hz} Hz: samples stand for {:.1}% of the CPU", cpu_ratio * 100.0);
     }
 }

@@ -65,6 +65,9 @@ pub unsafe extern "C" fn on_sample(sig: libc::c_int, info: *mut libc::siginfo_t,
     // CPU the thread used while it had no working clock comes with it.
     // Signals that came during this walk are periods of this sample too.
     let folded = sys::take_pending(sig, MAX_FOLDED);
+    if folded > 0 {
+        STATE.folded.fetch_add(folded, Relaxed);
+    }
     let owed = rec.owed_ns.swap(0, Relaxed);
     let periods = 1 + overrun as u64 + folded;
     let cpu_ns = STATE.period_ns.load(Relaxed).saturating_mul(periods).saturating_add(owed);

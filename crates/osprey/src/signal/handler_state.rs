@@ -37,6 +37,10 @@ pub struct HandlerState {
     /// Samples whose walk did not reach an outermost frame (depth limit, a pc
     /// in no module, a frame the CFI cannot follow, unknown stack bounds).
     pub truncated: AtomicU64,
+    /// Sampling signals a handler took off the queue after its walk and
+    /// counted in its sample's weight (a handler slower than its period):
+    /// delivered, not walked.
+    pub folded: AtomicU64,
     /// Samples walked with the CFI tables.
     pub cfi_walks: AtomicU64,
     /// Of those, walks that reached an outermost frame (`_start`, a thread's start).
@@ -65,6 +69,7 @@ pub static STATE: HandlerState = HandlerState {
     signals: AtomicU64::new(0),
     charged_ns: AtomicU64::new(0),
     truncated: AtomicU64::new(0),
+    folded: AtomicU64::new(0),
     cfi_walks: AtomicU64::new(0),
     cfi_complete: AtomicU64::new(0),
     leaf_only: AtomicU64::new(0),
