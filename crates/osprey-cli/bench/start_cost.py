@@ -112,12 +112,13 @@ def with_agent(binary, argv):
     if mode not in ("preload", "spawn"):
         return [binary, "exec", "--children", "--out", out, "--"] + argv, None
     lib = os.path.join(os.path.dirname(os.path.abspath(binary)), "libosprey_preload.so")
+    # As `exec --children` sets them for a descendant; OSPREY_SPOOL: `out`
+    # stands for the spool `osprey exec` merges (parts without fsync).
+    agent = {"LD_PRELOAD": lib, "OSPREY_ROOT_PID": "1", "OSPREY_CHILDREN": "1", "OSPREY_SPOOL": "1", "OSPREY_OUT": out}
     if mode == "spawn":
-        agent_env = {"LD_PRELOAD": lib, "OSPREY_ROOT_PID": "1", "OSPREY_CHILDREN": "1"}
-        return argv, dict(os.environ, **agent_env, OSPREY_SPOOL="1", OSPREY_OUT=out)
+        return argv, dict(os.environ, **agent)
     cmd = os.environ.get("BENCH_CMD", "/bin/true")
-    # OSPREY_SPOOL: `out` stands for the spool `osprey exec` merges (parts without fsync).
-    pre = f"LD_PRELOAD={lib} OSPREY_ROOT_PID=1 OSPREY_CHILDREN=1 OSPREY_SPOOL=1 OSPREY_OUT={out}"
+    pre = " ".join(f"{k}={v}" for k, v in agent.items())
     return ["sh", "-c", f"for i in $(seq {n}); do {pre} {cmd}; done"], None
 
 
