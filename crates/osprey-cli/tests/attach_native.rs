@@ -7,6 +7,7 @@
 
 use osprey_pprof::pprof::Profile;
 use osprey_testkit::cc::compile_frameless;
+use osprey_testkit::cli::attach_into;
 use osprey_testkit::profile::function_names;
 use osprey_testkit::{osprey, tempdir};
 use std::io::Read;
@@ -40,13 +41,8 @@ fn attach_reaches_main_keeps_the_split_and_leaves_the_target_unchanged() {
     let target = Command::new(&bin).arg(cycles).stdout(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let out = dir.join("out");
-    let o = Command::new(osprey())
-        .args(["attach", "--pid", &target.id().to_string(), "--duration", "2", "--hz", "200", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = attach_into(&out, target.id(), &["--duration", "2", "--hz", "200"]);
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{:?}\n{stderr}", o.status);
     assert!(stderr.contains("profile(s) written"), "{stderr}");
     let mut target = target;
     let mut stdout = String::new();

@@ -10,9 +10,10 @@
 
 use osprey_pprof::pprof::Profile;
 use osprey_testkit::cc::compile_frameless;
+use osprey_testkit::cli::attach_into;
 use osprey_testkit::profile::{function_names, label, read_profiles};
 use osprey_testkit::python::{python, slots};
-use osprey_testkit::{osprey, tempdir};
+use osprey_testkit::tempdir;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -22,15 +23,8 @@ use std::time::Duration;
 /// written, and osprey's stderr.
 fn attach(pid: u32, secs: &str, args: &[&str], dir: &Path) -> (Vec<Profile>, String) {
     let out = dir.join("profiles");
-    let o = Command::new(osprey())
-        .args(["attach", "--pid", &pid.to_string(), "--duration", secs, "--hz", "200"])
-        .args(args)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = attach_into(&out, pid, &[&["--duration", secs, "--hz", "200"], args].concat());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{:?}: {err}", o.status);
     let p = read_profiles(&out);
     assert!(!p.is_empty(), "no profile: {err}");
     (p, err.into_owned())
@@ -154,13 +148,8 @@ fn a_blocked_program_gets_no_cpu_samples_and_is_left_unchanged() {
     let mut ready = [0u8; 6];
     c.stdout.as_mut().unwrap().read_exact(&mut ready).unwrap();
     assert_eq!(&ready, b"ready\n");
-    let o = Command::new(osprey())
-        .args(["attach", "--pid", &c.id().to_string(), "--duration", "1", "--out"])
-        .arg(dir.join("profiles"))
-        .output()
-        .unwrap();
+    let o = attach_into(&dir.join("profiles"), c.id(), &["--duration", "1"]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
     assert!(err.contains("no samples"), "{err}");
     drop(c.stdin.take());
     assert_eq!(c.wait().unwrap().code(), Some(0));
@@ -187,13 +176,8 @@ fn a_target_exiting_during_the_attach_ends_it() {
         let mut t = cmd.stdout(Stdio::null()).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(300));
         let started = std::time::Instant::now();
-        let o = Command::new(osprey())
-            .args(["attach", "--pid", &t.id().to_string(), "--duration", "60", "--out"])
-            .arg(dir.join(what))
-            .output()
-            .unwrap();
+        let o = attach_into(&dir.join(what), t.id(), &["--duration", "60"]);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "{what}: {err}");
         // 60 s asked: only the exit ends it this early.
         assert!(started.elapsed() < Duration::from_secs(30), "{what}: {err}");
         assert!(err.contains("profile(s) written"), "{what}: {err}");

@@ -162,19 +162,17 @@ fn main() {
     // The split is statistical (about 1,200 samples: one standard deviation
     // is 1.4 points on `hot_a`): measured once more when it misses; a
     // systematic error misses both times.
-    for attempt in 0..2 {
+    osprey_testkit::run::rerun_on_noise(2, |last| {
         let (stacks, pid) = profile("rust", 1000, &bin, &[]);
         let to_main = share(&stacks, |s| s.tid == pid, |s| s.has("frameless_rs::main"));
         assert!(to_main >= 95.0, "{to_main:.1}% of the samples reach frameless_rs::main");
         let hot =
             |s: &Stack| s.has("frameless_rs::hot_a") || s.has("frameless_rs::hot_b") || s.has("frameless_rs::hot_c");
         let a = share(&stacks, hot, |s| s.has("frameless_rs::hot_a"));
-        eprintln!("hot_a {a:.1}% (attempt {attempt})");
-        if (a - 50.0).abs() <= 3.0 {
-            break;
-        }
-        assert!(attempt == 0, "hot_a {a:.1}%, want 50 within 3 points");
-    }
+        eprintln!("hot_a {a:.1}%");
+        assert!(!last || (a - 50.0).abs() <= 3.0, "hot_a {a:.1}%, want 50 within 3 points");
+        ((a - 50.0).abs() <= 3.0).then_some(())
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -7,6 +7,7 @@
 //! `tests/chroot/build-forky.sh`; if it cannot be built the tests fail
 //! unless OSPREY_SKIP_MISSING_PYTHON=1.
 
+use osprey_testkit::cli::attach_into;
 use osprey_testkit::python::{forky, workload_path};
 use osprey_testkit::run::serial;
 use osprey_testkit::{osprey, tempdir};
@@ -72,13 +73,8 @@ fn python_under(pid: i32) -> Option<i32> {
 /// Attaches for 2 s; returns the summary of the profiles written.
 fn attach(pid: i32, tag: &str) -> (osprey_pprof::Summary, String) {
     let out = tempdir(tag);
-    let o = Command::new(osprey())
-        .args(["attach", "--pid", &pid.to_string(), "--duration", "2", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = attach_into(&out, pid as u32, &["--duration", "2"]);
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(o.status.success(), "{tag}: {stderr}");
     let files: Vec<PathBuf> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.path()).collect();
     let profiles: Vec<_> = files.iter().map(|f| osprey_pprof::read_profile(f).unwrap()).collect();
     let _ = std::fs::remove_dir_all(&out);

@@ -19,6 +19,7 @@ use osprey_testkit::http::{free_port, serve_under_exec};
 use osprey_testkit::otel::{check_requests, read_used, RequestTally};
 use osprey_testkit::profile::{cpu_in_span, decode, function_names, label, read_profiles};
 use osprey_testkit::python::{otel_servers, python, slots, PY_CRATE};
+use osprey_testkit::run::rerun_on_noise;
 use osprey_testkit::tempdir;
 
 /// A server's run: its profiles, the requests it wrote (a host path), the
@@ -53,7 +54,7 @@ fn serve(tag: &str, flags: &[&str], server: &[&str], env: &[(&str, &str)], load:
     let fixtures = Path::new(PY_CRATE).join("tests/py");
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let pythonpath = format!("{pkgs}:{}", fixtures.display());
-    for attempt in 0..2 {
+    Some(rerun_on_noise(2, |last| {
         let out = tempdir(&format!("{tag}-profiles"));
         let used = py.scratch(&format!("{tag}-spans"));
         let port = free_port();
@@ -73,14 +74,11 @@ fn serve(tag: &str, flags: &[&str], server: &[&str], env: &[(&str, &str)], load:
         let profiles = read_profiles(&out);
         let used = py.host_path(&used);
         eprintln!("{tag}: requests in {}", used.display());
-        let tally = check_requests(tag, &profiles, &used, 60, attempt == 1);
-        let served = Served { out, used, answered, tally: tally.clone().unwrap_or_default() };
-        let Some(tally) = tally else { continue };
+        let tally = check_requests(tag, &profiles, &used, 60, last)?;
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(tally.requests, answered, "{tag}: requests written and answered; osprey: {err}");
-        return Some(served);
-    }
-    unreachable!("the last attempt passes or fails the test")
+        Some(Served { out, used, answered, tally })
+    }))
 }
 
 /// gunicorn, two worker processes of four threads each (`gthread`), the

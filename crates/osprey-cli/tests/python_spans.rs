@@ -10,13 +10,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-use osprey_testkit::cli::exec_into;
+use osprey_testkit::cli::{attach_into, exec_into};
 use osprey_testkit::otel::{check_requests, check_spans};
 use osprey_testkit::profile::read_profiles;
 use osprey_testkit::python::{otel_sdk, python, slots, Py, PY_CRATE};
-use osprey_testkit::{osprey, tempdir};
+use osprey_testkit::run::rerun_on_noise;
+use osprey_testkit::tempdir;
 
 fn fixture() -> PathBuf {
     Path::new(PY_CRATE).join("tests/py/otel_spans.py")
@@ -37,17 +38,15 @@ fn exec(name: &str) {
     let Some(py) = python(name) else { return };
     let Some(sdk) = otel_sdk(&py, name) else { return };
     let _slots = slots(2);
-    for attempt in 0..2 {
+    rerun_on_noise(2, |last| {
         let out = tempdir(&format!("spans-{name}"));
         let used = py.scratch("spans");
         let script = py.script_at(&fixture());
         let mut cmd = py.argv();
         cmd.extend([script, used.clone(), "3".into(), "4".into()]);
         exec_into(&out, &["--hz", "100"], &cmd, &[("PYTHONPATH", &sdk)]);
-        if check(name, &py, &out, &used, attempt == 1).is_some() {
-            return;
-        }
-    }
+        check(name, &py, &out, &used, last)
+    });
 }
 
 osprey_testkit::per_interpreter!(only exec;
@@ -61,7 +60,7 @@ fn exec_tasks(name: &str) {
     let Some(sdk) = otel_sdk(&py, name) else { return };
     let _slots = slots(1);
     let script = py.script_at(&Path::new(PY_CRATE).join("tests/py/otel_request.py"));
-    for attempt in 0..2 {
+    let t = rerun_on_noise(2, |last| {
         let out = tempdir(&format!("tasks-{name}"));
         let used = py.scratch("tasks");
         let mut cmd = py.argv();
@@ -70,13 +69,11 @@ fn exec_tasks(name: &str) {
         let profiles = read_profiles(&out);
         let _ = std::fs::remove_dir_all(&out);
         let host = py.host_path(&used);
-        let t = check_requests(&format!("exec {name} tasks"), &profiles, &host, 60, attempt == 1);
+        let t = check_requests(&format!("exec {name} tasks"), &profiles, &host, 60, last);
         let _ = std::fs::remove_file(&host);
-        if let Some(t) = t {
-            assert_eq!(t.threads, 1, "{name}: tasks on {} threads", t.threads);
-            return;
-        }
-    }
+        t
+    });
+    assert_eq!(t.threads, 1, "{name}: tasks on {} threads", t.threads);
 }
 
 osprey_testkit::per_interpreter!(only exec_tasks; exec_tasks_forky314 => "forky-3.14", exec_tasks_forky315 => "forky-3.15");
@@ -89,7 +86,7 @@ fn attach() {
     let Some(sdk) = otel_sdk(&py, name) else { return };
     let _slots = slots(2);
     let script = py.script_at(&fixture());
-    for attempt in 0..2 {
+    rerun_on_noise(2, |last| {
         let used = py.scratch("spans");
         let mut child =
             py.command(&[&script, &used, "3", "5"]).env("PYTHONPATH", &sdk).stdout(Stdio::piped()).spawn().unwrap();
@@ -97,16 +94,9 @@ fn attach() {
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "ready");
         let out = tempdir("spans-attach");
-        let o = Command::new(osprey())
-            .args(["attach", "--pid", &child.id().to_string(), "--duration", "4", "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
+        attach_into(&out, child.id(), &["--duration", "4"]);
         let status = child.wait().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert!(status.success(), "the program failed");
-        if check(name, &py, &out, &used, attempt == 1).is_some() {
-            return;
-        }
-    }
+        check(name, &py, &out, &used, last)
+    });
 }

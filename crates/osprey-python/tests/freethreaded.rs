@@ -241,12 +241,7 @@ fn attach_pid() {
     let _serial = serial();
     let w = py.start_script(&script(), &["attach", "30"]);
     let out = tempdir("ft-attach");
-    let o = Command::new(osprey())
-        .args(["attach", "--pid", &w.pid().to_string(), "--duration", "3", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    osprey_testkit::cli::attach_into(&out, w.pid() as u32, &["--duration", "3"]);
     let profiles = expect_profiles(&out);
     assert_no_gil_type(&profiles);
     for f in ["spin_alpha", "spin_beta", "spin_gamma", "spin_delta"] {

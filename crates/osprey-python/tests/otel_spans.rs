@@ -86,7 +86,7 @@ fn spans(name: &str) {
     let Some(sdk) = osprey_testkit::python::otel_sdk(&py, name) else { return };
     // Three busy threads and the sampler: the whole machine.
     let _slots = common::slots(2);
-    for attempt in 0..2 {
+    osprey_testkit::run::rerun_on_noise(2, |last| {
         let out = py.scratch("spans");
         let w = py.start_script_env(&fixture(), &[&out, "3", "4"], &[("PYTHONPATH", &sdk)]);
         std::thread::sleep(Duration::from_millis(300));
@@ -97,13 +97,11 @@ fn spans(name: &str) {
         let profiles = as_pprof(name, &data);
         let used_file = py.host_path(&out);
         eprintln!("{name}: span reads {:?}; warnings {:?}", summary.spans, summary.warnings);
-        let checked = check_spans(name, &profiles, &used_file, Some(3), attempt == 1);
+        let checked = check_spans(name, &profiles, &used_file, Some(3), last);
         let _ = std::fs::remove_file(&used_file);
         assert!(summary.spans.torn * 100 <= summary.spans.lookups, "{name}: torn reads {:?}", summary.spans);
-        if checked.is_some() {
-            return;
-        }
-    }
+        checked
+    });
 }
 
 /// A WSGI app instrumented by `opentelemetry-instrumentation-wsgi` on a
@@ -140,7 +138,7 @@ fn tasks(name: &str) {
     let Some(sdk) = osprey_testkit::python::otel_sdk(&py, name) else { return };
     let _slots = common::slots(1);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/otel_request.py");
-    for attempt in 0..2 {
+    let t = osprey_testkit::run::rerun_on_noise(2, |last| {
         let out = py.scratch("tasks");
         let w = py.start_script_env(&script, &[&out, "4", "4"], &[("PYTHONPATH", &sdk)]);
         let stop = AtomicBool::new(false);
@@ -149,13 +147,11 @@ fn tasks(name: &str) {
         let profiles = as_pprof(&format!("tasks-{name}"), &data);
         let used_file = py.host_path(&out);
         eprintln!("{name} tasks: span reads {:?}; warnings {:?}", summary.spans, summary.warnings);
-        let t = check_requests(&format!("{name} tasks"), &profiles, &used_file, 60, attempt == 1);
+        let t = check_requests(&format!("{name} tasks"), &profiles, &used_file, 60, last);
         let _ = std::fs::remove_file(&used_file);
-        if let Some(t) = t {
-            assert_eq!(t.threads, 1, "{name}: tasks on {} threads", t.threads);
-            return;
-        }
-    }
+        t
+    });
+    assert_eq!(t.threads, 1, "{name}: tasks on {} threads", t.threads);
 }
 
 osprey_testkit::per_interpreter!(only tasks;

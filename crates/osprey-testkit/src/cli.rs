@@ -1,5 +1,6 @@
 //! Running the `osprey` command as a user does: a workload under `osprey
-//! exec`, then `osprey report` or `osprey diff` on what it wrote.
+//! exec` or `osprey attach`, then `osprey report` or `osprey diff` on what
+//! it wrote.
 
 use crate::run::output_within;
 use std::ffi::OsStr;
@@ -30,6 +31,22 @@ pub fn spawn_exec<S: AsRef<OsStr>>(out: &Path, flags: &[&str], cmd: &[S], env: &
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// Runs `osprey attach --pid PID --out OUT FLAGS`; fails the test (showing
+/// stderr) unless it exits 0 within 2 minutes.
+pub fn attach_into(out: &Path, pid: u32, flags: &[&str]) -> Output {
+    let child = Command::new(crate::osprey())
+        .args(["attach", "--pid", &pid.to_string(), "--out"])
+        .arg(out)
+        .args(flags)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = output_within(child, Duration::from_secs(120), "osprey attach");
+    assert!(o.status.success(), "osprey attach: {:?}: {}", o.status, String::from_utf8_lossy(&o.stderr));
+    o
 }
 
 /// `osprey ARGS`' output (whatever its exit status).

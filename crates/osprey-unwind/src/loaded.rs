@@ -93,13 +93,11 @@ pub fn generation() -> Option<Generation> {
     iterate(true).generation
 }
 
-/// The executable ranges `[start, end)` of every loaded object, sorted: no
-/// file is read (not even the executable's link).
+/// The executable ranges `[start, end)` of every loaded object, in the
+/// loader's order: no file is read (not even the executable's link).
 pub fn code_ranges() -> (Option<Generation>, Vec<(u64, u64)>) {
     let scan = iterate(false);
-    let mut ranges: Vec<(u64, u64)> = scan.objects.iter().map(|o| (o.start, o.end)).collect();
-    ranges.sort_unstable();
-    (scan.generation, ranges)
+    (scan.generation, scan.objects.iter().map(|o| (o.start, o.end)).collect())
 }
 
 /// Every loaded object with executable segments.
