@@ -45,8 +45,8 @@ fn print_summary(s: &osprey_python::Summary, uploads: bool) {
     s.warnings.iter().for_each(|w| eprintln!("osprey: {w}"));
     if let Some(n) = &s.native {
         eprintln!(
-            "osprey: --native: {} stacks unwound: {} merged, {} native walks ended early, {} unmatched",
-            n.unwound, n.matched, n.native_truncated, n.unmatched
+            "osprey: --native: {} stacks unwound: {} merged, {} native walks ended early, {} unmatched; {} read stopped, having waited for a CPU",
+            n.unwound, n.matched, n.native_truncated, n.unmatched, n.missed
         );
     }
     let names: Vec<String> = s.files.iter().map(|p| p.display().to_string()).collect();

@@ -66,8 +66,9 @@ pub struct Sampling {
     #[arg(long, default_value = "512K", value_name = "BYTES")]
     pub alloc_interval: String,
     /// CPython: the native frames (C extensions, libraries, the
-    /// interpreter's C functions) merged with the Python frames. Each running
-    /// thread is stopped for the moment of its read (ptrace).
+    /// interpreter's C functions) merged with the Python frames. A running
+    /// thread's native stack is sampled by a perf event while its Python
+    /// stack is read, without a stop (with --blocking: stopped by ptrace).
     #[arg(long)]
     pub native: bool,
     /// CPython: stop each running thread for the moment its stack is read

@@ -4,6 +4,7 @@
 //! fails the test unless OSPREY_SKIP_MISSING_PYTHON=1. Needs the workspace
 //! built (`cargo build --workspace`), as `cargo xtask test` does.
 
+use osprey_testkit::cli::attach_into;
 use osprey_testkit::profile::{expect_profiles, function_names, label};
 use osprey_testkit::python::{interpreter, workload_path};
 use osprey_testkit::run::serial;
@@ -116,12 +117,7 @@ fn attach_running_311_writes_a_profile() {
         Running(Command::new(&py).arg(workload_path()).args(["exec", "30"]).stdout(Stdio::null()).spawn().unwrap());
     std::thread::sleep(Duration::from_millis(300));
     let out = tempdir("attach");
-    let o = Command::new(osprey())
-        .args(["attach", "--pid", &child.0.id().to_string(), "--duration", "2", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    attach_into(&out, child.0.id(), &["--duration", "2"]);
     let profiles = expect_profiles(&out);
     let summary = osprey_pprof::summarize(&profiles, Some("samples")).unwrap();
     assert!(summary.functions.iter().any(|f| f.name == "f50"), "{:?}", summary.functions);
@@ -147,18 +143,27 @@ fn attach_bad_targets() {
     assert!(err.contains("no process with pid 999999"), "{err}");
 }
 
-/// `exec --native` stops the running thread for each read: real-time signals
-/// sent meanwhile all arrive (none swallowed by a stop), the child's exit
-/// status is osprey's, and the profile has native frames under Python ones.
+/// `exec --native` samples the running thread's native stack (stopping it
+/// only when it waits for a CPU), `--native --blocking` stops it for each
+/// read: either way real-time signals sent meanwhile all arrive (none
+/// swallowed by a stop), the child's exit status is osprey's, and the
+/// profile has native frames under Python ones.
 #[test]
 fn exec_native_signals_and_exit_status() {
+    native_signals_and_exit_status(&["--native"]);
+    native_signals_and_exit_status(&["--native", "--blocking"]);
+}
+
+fn native_signals_and_exit_status(flags: &[&str]) {
     use std::io::BufRead;
     let Some(py) = interpreter("3.12") else { return };
     let _serial = serial();
     let out = tempdir("native");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../osprey-python/tests/py/signals_work.py");
     let mut child = Command::new(osprey())
-        .args(["exec", "--native", "--hz", "1000", "--out"])
+        .arg("exec")
+        .args(flags)
+        .args(["--hz", "1000", "--out"])
         .arg(&out)
         .arg("--")
         .arg(&py)
@@ -183,8 +188,8 @@ fn exec_native_signals_and_exit_status() {
     let status = child.wait().unwrap();
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    assert_eq!(got, SENT, "signals delivered to the program; osprey said:\n{err}");
-    assert_eq!(status.code(), Some(7), "exit status; osprey said:\n{err}");
+    assert_eq!(got, SENT, "{flags:?}: signals delivered to the program; osprey said:\n{err}");
+    assert_eq!(status.code(), Some(7), "{flags:?}: exit status; osprey said:\n{err}");
     let profiles = expect_profiles(&out);
     let mixed = profiles.iter().any(|p| {
         p.sample.iter().any(|s| {
@@ -194,5 +199,5 @@ fn exec_native_signals_and_exit_status() {
                 .is_some_and(|i| i > 0 && n[..i].iter().any(|f| f.starts_with("_Py") || f.starts_with("Py")))
         })
     });
-    assert!(mixed, "no native frame above a Python frame; osprey said:\n{err}");
+    assert!(mixed, "{flags:?}: no native frame above a Python frame; osprey said:\n{err}");
 }

@@ -8,6 +8,8 @@
 //!   trace, or the caller's own threads, whatever their signal mask).
 //! - [`ProcessSampler`]: one event per thread of a process, following
 //!   threads as they come and go ([`ProcessSampler::refresh_threads`]).
+//! - [`OneShot`]: one sample of a thread when the caller asks for it (its
+//!   stack as it runs now, without a stop).
 //! - [`Unwinder`]: a process's modules and tables; [`Unwinder::unwind`]
 //!   turns a [`RawSample`] into a [`Stack`].
 //! - [`thread_ctx::read_thread_contexts`]: each thread's OpenTelemetry
@@ -48,6 +50,7 @@
 mod config;
 mod error;
 mod modules;
+mod oneshot;
 mod process;
 mod record;
 mod ring;
@@ -58,6 +61,7 @@ mod unwind;
 
 pub use config::{Clock, Config};
 pub use error::{Error, Result};
+pub use oneshot::OneShot;
 pub use process::{ProcessSampler, Refreshed};
 pub use record::{parse, RawSample, Record, UserRegs};
 pub use thread::{Counts, Drained, ThreadSampler};

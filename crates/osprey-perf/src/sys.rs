@@ -55,6 +55,9 @@ pub const FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 pub const IOC_ENABLE: libc::c_ulong = 0x2400;
 /// `PERF_EVENT_IOC_DISABLE` (`_IO('$', 1)`).
 pub const IOC_DISABLE: libc::c_ulong = 0x2401;
+/// `PERF_EVENT_IOC_REFRESH` (`_IO('$', 2)`): enable for N more overflows,
+/// after which the kernel disables the event itself.
+pub const IOC_REFRESH: libc::c_ulong = 0x2402;
 
 /// `CLOCK_MONOTONIC`: the clock of the samples' `time` (with `use_clockid`),
 /// so that it compares with the caller's `clock_gettime`.
@@ -128,9 +131,14 @@ pub fn perf_event_open(attr: &Attr, tid: i32) -> io::Result<OwnedFd> {
 
 /// `ioctl(fd, request, 0)` for the argument-less perf ioctls.
 pub fn ioctl(fd: &OwnedFd, request: libc::c_ulong) -> io::Result<()> {
+    ioctl_arg(fd, request, 0)
+}
+
+/// `ioctl(fd, request, arg)` for the perf ioctls that take a number.
+pub fn ioctl_arg(fd: &OwnedFd, request: libc::c_ulong, arg: libc::c_ulong) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    // SAFETY: ENABLE/DISABLE take no pointer; a bad fd is an error return.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), request, 0) } < 0 {
+    // SAFETY: ENABLE/DISABLE/REFRESH take no pointer; a bad fd is an error return.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), request, arg) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -139,9 +147,13 @@ pub fn ioctl(fd: &OwnedFd, request: libc::c_ulong) -> io::Result<()> {
 /// `poll(fds, POLLIN, timeout)`: the number of descriptors ready (with
 /// `revents` filled), 0 on timeout or `EINTR`.
 pub fn poll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> io::Result<usize> {
-    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `fds` is a live array of `fds.len()` pollfds.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    // ppoll: a timeout finer than a millisecond.
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: timeout.subsec_nanos().into(),
+    };
+    // SAFETY: `fds` is a live array of `fds.len()` pollfds; `ts` outlives the call.
+    let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
     match usize::try_from(n) {
         Ok(n) => Ok(n),
         Err(_) => {

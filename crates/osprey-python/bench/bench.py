@@ -11,7 +11,7 @@ pid from the host (`osprey attach`, `py-spy record --pid`) 0.3 s after it
 starts (the workload's clock starts after its imports, so about 0.25 s of
 its ~5 s are unprofiled, the same for both).
 
-For each rate, runs unprofiled / osprey exec / osprey exec --native / py-spy
+For each rate, runs unprofiled / osprey exec / osprey exec --native [--blocking] / py-spy
 record --nonblocking / py-spy record (blocking) / py-spy record --native
 (choose with --profilers), alternating, --runs times each. Reports, per
 profiler: slowdown = median workload wall time (the workload's own clock,
@@ -135,6 +135,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="osprey-bench-")
     profilers = [("none", run_none), ("osprey", run_osprey),
                  ("osprey --native", lambda a, h, t: run_osprey(a, h, t, ["--native"])),
+                 ("osprey --native --blocking", lambda a, h, t: run_osprey(a, h, t, ["--native", "--blocking"])),
                  ("py-spy --nonblocking", lambda a, h, t: run_pyspy(a, h, t, False)),
                  ("py-spy (blocking)", lambda a, h, t: run_pyspy(a, h, t, True)),
                  ("py-spy --native", lambda a, h, t: run_pyspy(a, h, t, True, True))]

@@ -11,9 +11,10 @@ use crate::error::Error;
 use crate::remote::kernel_thread::{ProcFiles, Sys};
 use crate::remote::process::{is_our_child, process_alive, uptime};
 use crate::remote::thread_cpu::TaskClock;
+use crate::sampling::otel_context::SpanIds;
 use crate::target::thread_states::{Method, ThreadStateMap};
 use crate::target::Target;
-use crate::walk::{read_stack, End, Walks};
+use crate::walk::{read_stack, End, Stack, Walks};
 
 /// One thread's sample.
 #[derive(Clone, Debug)]
@@ -94,8 +95,8 @@ pub struct Sampler {
     pub spans: crate::sampling::otel_context::Spans,
     /// Mixed native and Python stacks (`--native`), when enabled.
     pub native: Option<crate::sampling::native::Native>,
-    /// Stop each running thread for the moment of its read (`--blocking`,
-    /// set with `native`; see [`crate::remote::ptrace`]).
+    /// Stop each running thread for the moment of its read (`--blocking`;
+    /// see [`crate::remote::ptrace`]).
     pub blocking: bool,
     /// Threads that could not be stopped, and the last reason.
     pub stop_failed: u64,
@@ -225,6 +226,9 @@ impl Sampler {
         self.clocks.retain(|t, _| tids.contains(t));
         self.gil_waits.retain(&tids);
         self.backfill.retain(|t, _| tids.contains(t));
+        if let Some(n) = &mut self.native {
+            n.retain_threads(&tids);
+        }
         self.tids = tids;
         self.tids_at = Some(Instant::now());
         Ok(())
@@ -259,6 +263,40 @@ impl Sampler {
                 Some(((g, g + l.gil_size), locked, holder))
             })
             .collect()
+    }
+
+    /// Stops thread `tid` for the moment of its read, if it can be.
+    fn stop(&mut self, tid: i32) -> Option<crate::remote::ptrace::Stopped> {
+        crate::remote::ptrace::Stopped::new(tid, self.disc.child == Some(tid))
+            .map_err(|e| {
+                self.stop_failed += 1;
+                self.last_stop_error = Some(format!("thread {tid}: {e}"));
+            })
+            .ok()
+    }
+
+    /// Reads a thread's Python stack, with the asyncio task it runs and
+    /// the span it runs in (`still`: the thread is stopped).
+    ///
+    /// The running task is read next to the stack on both sides: a task
+    /// that switched during the read is the one that ran when the innermost
+    /// frames were read (first), or, if none ran then, the one that started
+    /// during the read. The span is the one before and after the stack; if
+    /// they differ (a task switch, a span begun or ended meanwhile), the
+    /// stack is read again, at most `SPAN_READS` times in all.
+    fn read_thread(&mut self, tstate: u64, still: bool) -> (std::io::Result<Stack>, u64, Option<SpanIds>) {
+        let mut reads = 0;
+        loop {
+            reads += 1;
+            let task_before = self.tasks.running(&self.target, tstate);
+            let span_mark = self.spans.mark(&self.target, tstate, still);
+            let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, still);
+            let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
+            match self.spans.read(&self.target, tstate, span_mark) {
+                Err(Changed) if reads < SPAN_READS => continue,
+                span => break (read, task, span.unwrap_or(None)),
+            }
+        }
     }
 
     /// Samples every thread once. `Err(Gone)` when the process has exited.
@@ -310,50 +348,36 @@ impl Sampler {
             let t0 = Instant::now();
             let before = clock.as_ref().and_then(|c| c.read().ok());
             let t1 = Instant::now();
-            // `--blocking`/`--native`: a running thread stands still while
-            // its stacks are read (a waiting one does not change).
-            let stopped = if self.blocking && k.state == 'R' {
-                if let Some(n) = &mut self.native {
-                    n.prepare();
-                }
-                match crate::remote::ptrace::Stopped::new(tid, self.disc.child == Some(tid)) {
-                    Ok(s) => Some(s),
-                    Err(e) => {
-                        self.stop_failed += 1;
-                        self.last_stop_error = Some(format!("thread {tid}: {e}"));
-                        None
-                    }
-                }
-            } else {
-                None
-            };
-            let was_stopped = stopped.is_some();
-            let native = match (&mut self.native, &stopped) {
+            // `--native`: a running thread's native stack is sampled while
+            // its Python stack is read, unless `--blocking` stops it (a
+            // waiting one does not change).
+            if let Some(n) = self.native.as_mut().filter(|_| k.state == 'R') {
+                n.prepare();
+            }
+            let armed = !self.blocking && k.state == 'R' && self.native.as_mut().is_some_and(|n| n.arm(tid));
+            let must_stop = self.blocking || self.native.is_some();
+            let mut stopped = if must_stop && !armed && k.state == 'R' { self.stop(tid) } else { None };
+            let mut native = match (&mut self.native, &stopped) {
                 (Some(n), Some(s)) => n.unwind(s),
                 _ => None,
             };
-            // The running task, read next to the stack on both sides: a
-            // task that switched during the read is the one that ran when
-            // the innermost frames were read (first), or, if none ran then,
-            // the one that started during the read.
-            // The span it ran in, if the same before and after the stack;
-            // if not (a task switch, a span begun or ended meanwhile), the
-            // stack is read again, at most `SPAN_READS` times in all.
-            let mut reads = 0;
-            let (read, task, span) = loop {
-                reads += 1;
-                let task_before = self.tasks.running(&self.target, tstate);
-                let span_mark = self.spans.mark(&self.target, tstate, was_stopped);
-                let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, was_stopped);
-                let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
-                match self.spans.read(&self.target, tstate, span_mark) {
-                    Err(Changed) if reads < SPAN_READS => continue,
-                    span => break (read, task, span.unwrap_or(None)),
+            let (mut read, mut task, mut span) = self.read_thread(tstate, stopped.is_some());
+            if armed {
+                native = self.native.as_mut().and_then(|n| n.take(tid));
+                // No sample in time: the thread was waiting for a CPU, so a
+                // stop costs it little; its stacks are read again, stopped.
+                if native.is_none() {
+                    stopped = self.stop(tid);
+                    if let (Some(n), Some(s)) = (&mut self.native, &stopped) {
+                        native = n.unwind(s);
+                        (read, task, span) = self.read_thread(tstate, true);
+                    }
                 }
-            };
+            }
+            let was_stopped = stopped.is_some();
             drop(stopped);
             let t2 = Instant::now();
-            let after = clock.as_ref().and_then(|c| c.read().ok());
+            let after = self.clocks.get(&tid).and_then(Option::as_ref).and_then(|c| c.read().ok());
             // From the middle of one clock read to the middle of the other.
             let window = ((t2 - t0) + (Instant::now() - t1)).as_nanos() as f64 / 2.0;
             let (mut frames, truncated) = match read {

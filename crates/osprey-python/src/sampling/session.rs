@@ -31,7 +31,7 @@ pub struct Options {
     pub method: Option<Method>,
     /// Samples carry their time (a timeline).
     pub timeline: bool,
-    /// Mixed native and Python stacks (see [`native`]); implies `blocking`.
+    /// Mixed native and Python stacks (see [`native`]).
     pub native: bool,
     /// Stop each running thread for the moment its stack is read (see
     /// [`crate::remote::ptrace`]): stacks that change faster than they can be copied are
@@ -130,7 +130,7 @@ pub fn attach_with_sink(
         }
         sampler.native = Some(n);
     }
-    sampler.blocking = opts.blocking || opts.native;
+    sampler.blocking = opts.blocking;
     let started = Instant::now();
     sampler.wait_initialized(Duration::from_secs(5));
 
@@ -201,6 +201,11 @@ pub fn attach_with_sink(
         ));
     }
     summary.native = sampler.native.as_ref().map(|n| n.stats);
+    if let Some(e) = sampler.native.as_ref().and_then(|n| n.shot_error.as_ref()) {
+        summary
+            .warnings
+            .push(format!("--native: a thread's stack could not be sampled ({e}): it was stopped for its reads"));
+    }
     summary.spans = sampler.spans.stats.clone();
     if let Some(n) = &sampler.spans.note {
         summary.warnings.push(n.clone());

@@ -2,13 +2,18 @@
 //! libraries, the interpreter's own C functions) with its Python frames at
 //! the places they ran.
 //!
-//! A thread that is running is stopped for the moment of the read (see
-//! [`crate::remote::ptrace`]): its registers are read, its native stack unwound with
-//! the CFI tables of `osprey-unwind` over stack memory copied a chunk at a
-//! time while it stands still, and its Python stack read, so the two describe the
-//! same instant. Then [`merge`] puts them together. Threads that wait are not
-//! stopped (a stop interrupts a blocking system call, which some return as
-//! `EINTR`): their stacks stay Python only.
+//! A thread that is running is not stopped: a perf event armed for one
+//! sample ([`osprey_perf::OneShot`]) copies its registers and the top of its
+//! stack after 10 µs of its CPU time, while its Python stack is being read;
+//! the native stack is unwound with the CFI tables of `osprey-unwind` over
+//! that copy, and [`merge`] puts the two together (a Python stack that moved
+//! on meanwhile does not match: the stack is marked). With `--blocking`, or
+//! where no event can be opened, the thread is stopped for the moment of the
+//! read instead (see [`crate::remote::ptrace`]) and its stack copied a chunk
+//! at a time while it stands still; so is a runnable thread whose sample did
+//! not come within 200 µs, being preempted (a stop then costs it little). Threads that wait are neither sampled
+//! nor stopped (a stop interrupts a blocking system call, which some return
+//! as `EINTR`): their stacks stay Python only.
 //!
 //! Modules (`/proc/<pid>/maps`, through `/proc/<pid>/root` for a container)
 //! are compiled once per file and load address; the maps are looked at
@@ -41,6 +46,14 @@ const MAX_FRAMES: usize = 256;
 const MAX_STACK: usize = 1 << 20;
 /// Stack memory copied per read.
 const CHUNK: usize = 8192;
+/// Stack bytes a one-shot sample copies: the most a perf record holds.
+const SHOT_STACK: u32 = osprey_perf::Config::MAX_STACK;
+/// One-shot samples open at once, at most: each pins a 64 KiB ring. The
+/// least recently armed is closed for a new one.
+const MAX_SHOTS: usize = 64;
+/// How long a sample not taken during the Python read is waited for: a
+/// read shorter than the sample's 10 µs of CPU, or a thread preempted.
+const SHOT_WAIT: Duration = Duration::from_micros(200);
 /// Modules are re-read at least this often.
 const RESCAN: Duration = Duration::from_secs(5);
 /// Native frames named, at most, before the cache of names is dropped.
@@ -56,8 +69,11 @@ const EVAL: &str = "_PyEval_EvalFrameDefault";
 /// Counts of how merges went.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NativeStats {
-    /// Threads stopped and unwound.
+    /// Threads unwound (stopped, or sampled running).
     pub unwound: u64,
+    /// Runnable threads whose one-shot sample did not come in time (they
+    /// waited for a CPU): stopped for their read instead.
+    pub missed: u64,
     /// Stacks merged whole.
     pub matched: u64,
     /// Stacks whose native walk ended early (marked in the stack).
@@ -109,6 +125,13 @@ pub struct Native {
     disk: Option<osprey_unwind::cache::Cache>,
     /// A walk met code outside every module since the last re-read.
     unknown_code: bool,
+    /// Each running thread's one-shot sample (None where it could not be
+    /// opened: that thread is stopped instead) and when it was last armed
+    /// (a count of arms).
+    shots: HashMap<i32, (Option<osprey_perf::OneShot>, u64)>,
+    arms: u64,
+    /// Why the last one-shot sample could not be opened.
+    pub shot_error: Option<String>,
     /// How merges went.
     pub stats: NativeStats,
 }
@@ -128,6 +151,9 @@ impl Native {
             maps: String::new(),
             disk: osprey_unwind::cache::Cache::open_default(),
             unknown_code: false,
+            shots: HashMap::new(),
+            arms: 0,
+            shot_error: None,
             stats: NativeStats::default(),
         };
         n.rescan();
@@ -229,14 +255,64 @@ impl Native {
     pub fn unwind(&mut self, stopped: &Stopped) -> Option<(Vec<u64>, bool)> {
         let r = stopped.regs().ok()?;
         let mut stack = RemoteStack { pid: self.pid, base: r.rsp & !7, bytes: Vec::new(), end: false };
-        let mut frames = vec![0u64; MAX_FRAMES];
-        let walk = unwind(&self.set, Regs { pc: r.rip, sp: r.rsp, fp: r.rbp }, |a| stack.read(a), &mut frames);
-        frames.truncate(walk.len);
-        if walk.truncated && frames.last().is_some_and(|&pc| self.set.module_for(pc).is_none()) {
+        let walked = walk(&self.set, Regs { pc: r.rip, sp: r.rsp, fp: r.rbp }, |a| stack.read(a));
+        Some(self.walked(walked))
+    }
+
+    /// Arms running thread `tid`'s one-shot sample (opened the first time),
+    /// just before its Python stack is read. False where none can be opened:
+    /// the caller stops the thread instead.
+    pub fn arm(&mut self, tid: i32) -> bool {
+        self.arms += 1;
+        if !self.shots.contains_key(&tid) && self.shots.len() >= MAX_SHOTS {
+            let oldest = self.shots.iter().min_by_key(|(_, s)| s.1).map(|(&t, _)| t);
+            oldest.map(|t| self.shots.remove(&t));
+        }
+        let error = &mut self.shot_error;
+        let shot = self.shots.entry(tid).or_insert_with(|| {
+            (osprey_perf::OneShot::open(tid as u32, SHOT_STACK).map_err(|e| *error = Some(e.to_string())).ok(), 0)
+        });
+        shot.1 = self.arms;
+        shot.0.as_mut().is_some_and(|s| s.arm().is_ok())
+    }
+
+    /// The native stack of the sample armed for `tid` (as [`Native::unwind`]),
+    /// after its Python stack was read; None if the thread did not run the
+    /// 10 µs the sample waits for within [`SHOT_WAIT`].
+    pub fn take(&mut self, tid: i32) -> Option<(Vec<u64>, bool)> {
+        let shot = self.shots.get_mut(&tid)?.0.as_mut()?;
+        let set = &self.set;
+        let mut walked = None;
+        let _ = shot.take(SHOT_WAIT, |s| {
+            let Some(r) = s.regs else { return };
+            let (base, copy) = (r.sp, s.stack);
+            let read = |a: u64| {
+                let off = usize::try_from(a.checked_sub(base)?).ok()?;
+                Some(u64::from_le_bytes(copy.get(off..off.checked_add(8)?)?.try_into().ok()?))
+            };
+            walked = Some(walk(set, Regs { pc: r.ip, sp: r.sp, fp: r.bp }, read));
+        });
+        match walked {
+            Some(w) => Some(self.walked(w)),
+            None => {
+                self.stats.missed += 1;
+                None
+            }
+        }
+    }
+
+    /// Drops the one-shot samples of threads not in `tids`.
+    pub fn retain_threads(&mut self, tids: &[i32]) {
+        self.shots.retain(|t, _| tids.contains(t));
+    }
+
+    /// Counts a walk and notes code outside every module.
+    fn walked(&mut self, (frames, complete): (Vec<u64>, bool)) -> (Vec<u64>, bool) {
+        if !complete && frames.last().is_some_and(|&pc| self.set.module_for(pc).is_none()) {
             self.unknown_code = true;
         }
         self.stats.unwound += 1;
-        Some((frames, !walk.truncated))
+        (frames, complete)
     }
 
     /// The merged stack (see [`merge`]).
@@ -301,6 +377,15 @@ impl Native {
         self.names.insert((pc, ret), n.clone());
         n
     }
+}
+
+/// Walks a stack from `regs` with `read` over its memory: frames leaf
+/// first, and whether the walk reached the outermost frame.
+fn walk(set: &ModuleSet, regs: Regs, read: impl FnMut(u64) -> Option<u64>) -> (Vec<u64>, bool) {
+    let mut frames = vec![0u64; MAX_FRAMES];
+    let w = unwind(set, regs, read, &mut frames);
+    frames.truncate(w.len);
+    (frames, !w.truncated)
 }
 
 /// The vDSO's mapping in `maps`, if any (its image is read from the target).
