@@ -93,19 +93,22 @@ fn mixed_stacks(name: &str) {
     let _slot = common::slots(2);
     let script: PathBuf = Path::new(common::PY_CRATE).join("tests/py/native_work.py");
     let w = py.start_script(&script, &[&ext]);
-    let (data, summary) = collect(w.pid(), 4.0);
-    let n = summary.native.expect("native stats");
-    // The program ran on: still alive and still busy.
-    assert!(common::alive(w.pid()), "{name}: the program died under --native");
-    let (spin_all, spin_ok) = chain(&data, "spin_it", |f| f.contains("ospreyspin"), Some("spin"));
-    // zlib's own frames, or the C library's (memcpy, malloc) under the
-    // zlib module's function (named `zlib_compress`, or nameless in a
-    // stripped static build).
-    let (zlib_all, zlib_ok) = chain(&data, "compress_it", |f| f.contains("libz.so") || f.contains("libc.so"), None);
-    let (_, libz_ok) = chain(&data, "compress_it", |f| f.contains("libz.so"), None);
-    let share = |ok: i64, all: i64| ok as f64 / all.max(1) as f64;
-    let merged = n.matched as f64 / n.unwound.max(1) as f64;
-    eprintln!(
+    // The chains' shares are statistical (about 180 samples each): measured
+    // once more when one misses.
+    osprey_testkit::run::rerun_on_noise(2, |last| {
+        let (data, summary) = collect(w.pid(), 4.0);
+        let n = summary.native.expect("native stats");
+        // The program ran on: still alive and still busy.
+        assert!(common::alive(w.pid()), "{name}: the program died under --native");
+        let (spin_all, spin_ok) = chain(&data, "spin_it", |f| f.contains("ospreyspin"), Some("spin"));
+        // zlib's own frames, or the C library's (memcpy, malloc) under the
+        // zlib module's function (named `zlib_compress`, or nameless in a
+        // stripped static build).
+        let (zlib_all, zlib_ok) = chain(&data, "compress_it", |f| f.contains("libz.so") || f.contains("libc.so"), None);
+        let (_, libz_ok) = chain(&data, "compress_it", |f| f.contains("libz.so"), None);
+        let share = |ok: i64, all: i64| ok as f64 / all.max(1) as f64;
+        let merged = n.matched as f64 / n.unwound.max(1) as f64;
+        eprintln!(
         "{name}: unwound {} merged {} ended early {} unmatched {} stopped {}; spin_it -> spin -> ospreyspin {:.1}% of {:.2}s; compress_it -> C -> libz/libc {:.1}% (libz {:.1}%) of {:.2}s",
         n.unwound,
         n.matched,
@@ -118,13 +121,19 @@ fn mixed_stacks(name: &str) {
         100.0 * share(libz_ok, zlib_all),
         zlib_all as f64 / 1e9
     );
-    assert!(n.unwound > 100, "{name}: {} stacks unwound", n.unwound);
-    // Read without a stop, but for threads that waited for a CPU (up to 14%
-    // on 2 cores busy with a build besides).
-    assert!(n.missed * 4 <= n.unwound, "{name}: {} of {} reads stopped the thread", n.missed, n.unwound);
-    assert!(merged >= 0.95, "{name}: {:.1}% of stacks merged without a marker", 100.0 * merged);
-    assert!(share(spin_ok, spin_all) >= 0.90, "{name}: spin chain {:.1}%", 100.0 * share(spin_ok, spin_all));
-    assert!(share(zlib_ok, zlib_all) >= 0.90, "{name}: zlib chain {:.1}%", 100.0 * share(zlib_ok, zlib_all));
+        assert!(n.unwound > 100, "{name}: {} stacks unwound", n.unwound);
+        // Read without a stop, but for threads that waited for a CPU (up to 14%
+        // on 2 cores busy with a build besides).
+        assert!(n.missed * 4 <= n.unwound, "{name}: {} of {} reads stopped the thread", n.missed, n.unwound);
+        assert!(merged >= 0.95, "{name}: {:.1}% of stacks merged without a marker", 100.0 * merged);
+        let chains = share(spin_ok, spin_all) >= 0.90 && share(zlib_ok, zlib_all) >= 0.90;
+        if !chains && !last {
+            return None;
+        }
+        assert!(share(spin_ok, spin_all) >= 0.90, "{name}: spin chain {:.1}%", 100.0 * share(spin_ok, spin_all));
+        assert!(share(zlib_ok, zlib_all) >= 0.90, "{name}: zlib chain {:.1}%", 100.0 * share(zlib_ok, zlib_all));
+        Some(())
+    });
 }
 
 osprey_testkit::per_interpreter!(only mixed_stacks;

@@ -69,7 +69,7 @@ const EVAL: &str = "_PyEval_EvalFrameDefault";
 /// Counts of how merges went.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NativeStats {
-    /// Threads unwound (stopped, or sampled running).
+    /// Stacks unwound and merged (stopped, or sampled running).
     pub unwound: u64,
     /// Runnable threads whose one-shot sample did not come in time (they
     /// waited for a CPU): stopped for their read instead.
@@ -306,12 +306,11 @@ impl Native {
         self.shots.retain(|t, _| tids.contains(t));
     }
 
-    /// Counts a walk and notes code outside every module.
+    /// Notes code outside every module.
     fn walked(&mut self, (frames, complete): (Vec<u64>, bool)) -> (Vec<u64>, bool) {
         if !complete && frames.last().is_some_and(|&pc| self.set.module_for(pc).is_none()) {
             self.unknown_code = true;
         }
-        self.stats.unwound += 1;
         (frames, complete)
     }
 
@@ -329,6 +328,7 @@ impl Native {
             merge::merge(&named, native_complete, &py.frames, &py.evals, py.truncated.is_none(), |m| {
                 Frame::Synthetic(m.to_string())
             });
+        self.stats.unwound += 1;
         match outcome {
             Outcome::Matched => self.stats.matched += 1,
             Outcome::NativeTruncated => self.stats.native_truncated += 1,
