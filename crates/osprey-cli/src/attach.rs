@@ -45,8 +45,8 @@ fn print_summary(s: &osprey_python::Summary, uploads: bool) {
     s.warnings.iter().for_each(|w| eprintln!("osprey: {w}"));
     if let Some(n) = &s.native {
         eprintln!(
-            "osprey: --native: {} stacks unwound: {} merged, {} native walks ended early, {} unmatched; {} read stopped, having waited for a CPU",
-            n.unwound, n.matched, n.native_truncated, n.unmatched, n.missed
+            "osprey: --native: {} stacks unwound: {} merged, {} native walks ended early, {} unmatched; {} samples taken again (the calls changed around them); {} read stopped (waited for a CPU, or the calls kept changing)",
+            n.unwound, n.matched, n.native_truncated, n.unmatched, n.moved, n.missed
         );
     }
     let names: Vec<String> = s.files.iter().map(|p| p.display().to_string()).collect();

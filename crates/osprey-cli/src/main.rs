@@ -67,8 +67,8 @@ pub struct Sampling {
     pub alloc_interval: String,
     /// CPython: the native frames (C extensions, libraries, the
     /// interpreter's C functions) merged with the Python frames. A running
-    /// thread's native stack is sampled by a perf event while its Python
-    /// stack is read, without a stop (with --blocking: stopped by ptrace).
+    /// thread's native stack is sampled by a perf event between two reads of
+    /// its Python stack, without a stop (with --blocking: stopped by ptrace).
     #[arg(long)]
     pub native: bool,
     /// CPython: stop each running thread for the moment its stack is read

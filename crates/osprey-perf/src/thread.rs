@@ -73,51 +73,49 @@ impl ThreadSampler {
     /// [`ThreadSampler::resume`] or [`ThreadSampler::refresh`].
     pub fn open_paused(tid: u32, config: &Config) -> Result<ThreadSampler> {
         let config = config.validated()?;
-        let (fd, format_lost) = event(tid, &config)?;
+        let (fd, format_lost) = Self::event(tid, &config)?;
         let ring = Ring::map(&fd, config.ring_pages.unwrap_or(8))?;
         Ok(ThreadSampler { tid, format_lost, ring, fd })
     }
-}
 
-/// A disabled sampling event on thread `tid` for a validated `config`, and
-/// whether it reports losses (`PERF_FORMAT_LOST`).
-fn event(tid: u32, config: &Config) -> Result<(OwnedFd, bool)> {
-    let pages = config.ring_pages.unwrap_or(8);
-    let page = sys::page_size();
-    let mut flags = flag::DISABLED | flag::EXCLUDE_HV | flag::WATERMARK | flag::USE_CLOCKID;
-    if !config.include_kernel {
-        flags |= flag::EXCLUDE_KERNEL;
-    }
-    let attr = Attr {
-        type_: sys::TYPE_SOFTWARE,
-        size: sys::ATTR_SIZE,
-        config: match config.clock {
-            Clock::Task => sys::COUNT_SW_TASK_CLOCK,
-            Clock::Cpu => sys::COUNT_SW_CPU_CLOCK,
-        },
-        sample_period: config.period_ns(),
-        sample_type: SAMPLE_TYPE,
-        flags,
-        // Wake a poller when the ring is half full.
-        wakeup_watermark: u32::try_from(pages * page / 2).unwrap_or(u32::MAX),
-        sample_regs_user: REGS_MASK,
-        sample_stack_user: config.stack_bytes,
-        clockid: sys::CLOCK_MONOTONIC,
-        ..Attr::default()
-    };
-    let tid_c = i32::try_from(tid).map_err(|_| Error::NoSuchThread { tid })?;
-    let with_lost = Attr { read_format: sys::FORMAT_LOST, ..attr };
-    match sys::perf_event_open(&with_lost, tid_c) {
-        Ok(fd) => Ok((fd, true)),
-        // Before 6.0: an unknown read_format bit.
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-            Ok((sys::perf_event_open(&attr, tid_c).map_err(|e| Error::open(tid, e))?, false))
+    /// A disabled sampling event on thread `tid` for a validated `config`, and
+    /// whether it reports losses (`PERF_FORMAT_LOST`).
+    fn event(tid: u32, config: &Config) -> Result<(OwnedFd, bool)> {
+        let pages = config.ring_pages.unwrap_or(8);
+        let page = sys::page_size();
+        let mut flags = flag::DISABLED | flag::EXCLUDE_HV | flag::WATERMARK | flag::USE_CLOCKID;
+        if !config.include_kernel {
+            flags |= flag::EXCLUDE_KERNEL;
         }
-        Err(e) => Err(Error::open(tid, e)),
+        let attr = Attr {
+            type_: sys::TYPE_SOFTWARE,
+            size: sys::ATTR_SIZE,
+            config: match config.clock {
+                Clock::Task => sys::COUNT_SW_TASK_CLOCK,
+                Clock::Cpu => sys::COUNT_SW_CPU_CLOCK,
+            },
+            sample_period: config.period_ns(),
+            sample_type: SAMPLE_TYPE,
+            flags,
+            // Wake a poller when the ring is half full.
+            wakeup_watermark: u32::try_from(pages * page / 2).unwrap_or(u32::MAX),
+            sample_regs_user: REGS_MASK,
+            sample_stack_user: config.stack_bytes,
+            clockid: sys::CLOCK_MONOTONIC,
+            ..Attr::default()
+        };
+        let tid_c = i32::try_from(tid).map_err(|_| Error::NoSuchThread { tid })?;
+        let with_lost = Attr { read_format: sys::FORMAT_LOST, ..attr };
+        match sys::perf_event_open(&with_lost, tid_c) {
+            Ok(fd) => Ok((fd, true)),
+            // Before 6.0: an unknown read_format bit.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                Ok((sys::perf_event_open(&attr, tid_c).map_err(|e| Error::open(tid, e))?, false))
+            }
+            Err(e) => Err(Error::open(tid, e)),
+        }
     }
-}
 
-impl ThreadSampler {
     /// The sampled thread.
     pub fn tid(&self) -> u32 {
         self.tid

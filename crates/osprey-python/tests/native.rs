@@ -3,8 +3,9 @@
 //! the system zlib through `zlib.compress`. Asserted: the share of each
 //! function's CPU whose stack shows the Python caller -> the C function ->
 //! the library frames, the share of stacks merged without a marker, that
-//! most were read without stopping the thread, and that the program runs on
-//! undisturbed.
+//! (almost) none shows one function's native frames under the other's
+//! Python frame, that most were read without stopping the thread, and that
+//! the program runs on undisturbed.
 
 mod common;
 
@@ -87,6 +88,23 @@ fn chain(data: &[ProfileData], caller: &str, is_lib: impl Fn(&str) -> bool, c_fn
     (under, whole)
 }
 
+/// CPU of the samples whose native frames belong to the other function:
+/// `ospreyspin` under `compress_it`, `libz` under `spin_it`.
+fn crossed(data: &[ProfileData]) -> i64 {
+    let cpu = cpu_index(data);
+    let under = |f: &[(&str, &str)], caller: &str, lib: &str| {
+        f.iter().position(|x| x.0 == caller && is_python(x)).is_some_and(|at| f[..at].iter().any(|x| x.1.contains(lib)))
+    };
+    data.iter()
+        .flat_map(|d| &d.samples)
+        .filter(|s| {
+            let f = frames(s);
+            under(&f, "compress_it", "ospreyspin") || under(&f, "spin_it", "libz.so")
+        })
+        .map(|s| s.values[cpu])
+        .sum()
+}
+
 fn mixed_stacks(name: &str) {
     let Some(py) = common::python(name) else { return };
     let ext = build_extension(&py);
@@ -108,13 +126,16 @@ fn mixed_stacks(name: &str) {
         let (_, libz_ok) = chain(&data, "compress_it", |f| f.contains("libz.so"), None);
         let share = |ok: i64, all: i64| ok as f64 / all.max(1) as f64;
         let merged = n.matched as f64 / n.unwound.max(1) as f64;
+        let crossed = crossed(&data);
         eprintln!(
-        "{name}: unwound {} merged {} ended early {} unmatched {} stopped {}; spin_it -> spin -> ospreyspin {:.1}% of {:.2}s; compress_it -> C -> libz/libc {:.1}% (libz {:.1}%) of {:.2}s",
+        "{name}: unwound {} merged {} ended early {} unmatched {} stopped {} moved {}; crossed {:.2}s; spin_it -> spin -> ospreyspin {:.1}% of {:.2}s; compress_it -> C -> libz/libc {:.1}% (libz {:.1}%) of {:.2}s",
         n.unwound,
         n.matched,
         n.native_truncated,
         n.unmatched,
         n.missed,
+        n.moved,
+        crossed as f64 / 1e9,
         100.0 * share(spin_ok, spin_all),
         spin_all as f64 / 1e9,
         100.0 * share(zlib_ok, zlib_all),
@@ -126,12 +147,15 @@ fn mixed_stacks(name: &str) {
         // on 2 cores busy with a build besides).
         assert!(n.missed * 4 <= n.unwound, "{name}: {} of {} reads stopped the thread", n.missed, n.unwound);
         assert!(merged >= 0.95, "{name}: {:.1}% of stacks merged without a marker", 100.0 * merged);
-        let chains = share(spin_ok, spin_all) >= 0.90 && share(zlib_ok, zlib_all) >= 0.90;
+        // The sample ran the calls both Python reads around it show.
+        let crossed_ok = crossed * 200 <= spin_all + zlib_all;
+        let chains = share(spin_ok, spin_all) >= 0.90 && share(zlib_ok, zlib_all) >= 0.90 && crossed_ok;
         if !chains && !last {
             return None;
         }
         assert!(share(spin_ok, spin_all) >= 0.90, "{name}: spin chain {:.1}%", 100.0 * share(spin_ok, spin_all));
         assert!(share(zlib_ok, zlib_all) >= 0.90, "{name}: zlib chain {:.1}%", 100.0 * share(zlib_ok, zlib_all));
+        assert!(crossed_ok, "{name}: {:.2}s of samples under the other function's native frames", crossed as f64 / 1e9);
         Some(())
     });
 }

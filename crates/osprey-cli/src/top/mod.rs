@@ -56,7 +56,7 @@ pub struct Args {
     /// Rows of the table [default: the terminal's height, else 20].
     #[arg(long)]
     rows: Option<usize>,
-    /// CPython: the native frames too (each running thread stopped for the moment of its read).
+    /// CPython: the native frames too (sampled as `attach --native` does).
     #[arg(long)]
     native: bool,
     /// The program to start and watch, and its arguments.

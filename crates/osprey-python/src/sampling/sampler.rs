@@ -117,6 +117,12 @@ pub fn process_cpu_ns(pid: i32) -> Option<i64> {
 /// during them: a task switch every few milliseconds crosses one read in
 /// ten to twenty (reads take 0.1-1 ms), two in a row one in a hundred.
 const SPAN_READS: u32 = 3;
+/// `--native`: samples taken per running thread and pass before it is
+/// stopped instead, the Python stack having moved on around each.
+const SHOT_TRIES: u32 = 2;
+
+/// A thread's Python stack, the asyncio task it runs, the span it runs in.
+type ThreadRead = (std::io::Result<Stack>, u64, Option<SpanIds>);
 /// Threads younger than this when first seen are charged, at their first
 /// sample, the CPU they used since they started.
 const YOUNG: Duration = Duration::from_secs(1);
@@ -284,7 +290,7 @@ impl Sampler {
     /// during the read. The span is the one before and after the stack; if
     /// they differ (a task switch, a span begun or ended meanwhile), the
     /// stack is read again, at most `SPAN_READS` times in all.
-    fn read_thread(&mut self, tstate: u64, still: bool) -> (std::io::Result<Stack>, u64, Option<SpanIds>) {
+    fn read_thread(&mut self, tstate: u64, still: bool) -> ThreadRead {
         let mut reads = 0;
         loop {
             reads += 1;
@@ -297,6 +303,33 @@ impl Sampler {
                 span => break (read, task, span.unwrap_or(None)),
             }
         }
+    }
+
+    /// `--native` without a stop: running thread `tid`'s native stack,
+    /// sampled between two reads of its Python stack that show the same
+    /// calls (so the sample ran them too), with the second read. Tried
+    /// [`SHOT_TRIES`] times; None where no sample can be taken, none came
+    /// in time (the thread waited for a CPU) or the calls kept changing: the
+    /// caller stops the thread instead.
+    fn shoot(&mut self, tid: i32, tstate: u64) -> Option<(ThreadRead, (Vec<u64>, bool))> {
+        self.native.as_ref()?;
+        for _ in 0..SHOT_TRIES {
+            let before = self.read_thread(tstate, false);
+            let n = self.native.as_mut()?;
+            if !n.arm(tid) {
+                return None;
+            }
+            let native = n.take(tid)?;
+            let after = self.read_thread(tstate, false);
+            if let (Ok(b), Ok(a)) = (&before.0, &after.0) {
+                if b.same_calls(a) {
+                    return Some((after, native));
+                }
+            }
+            self.native.as_mut()?.stats.moved += 1;
+        }
+        self.native.as_mut()?.stats.missed += 1;
+        None
     }
 
     /// Samples every thread once. `Err(Gone)` when the process has exited.
@@ -348,32 +381,29 @@ impl Sampler {
             let t0 = Instant::now();
             let before = clock.as_ref().and_then(|c| c.read().ok());
             let t1 = Instant::now();
-            // `--native`: a running thread's native stack is sampled while
-            // its Python stack is read, unless `--blocking` stops it (a
+            // `--native`: a running thread's native stack is sampled between
+            // two reads of its Python stack, unless `--blocking` stops it (a
             // waiting one does not change).
-            if let Some(n) = self.native.as_mut().filter(|_| k.state == 'R') {
+            let running = k.state == 'R';
+            if let Some(n) = self.native.as_mut().filter(|_| running) {
                 n.prepare();
             }
-            let armed = !self.blocking && k.state == 'R' && self.native.as_mut().is_some_and(|n| n.arm(tid));
-            let must_stop = self.blocking || self.native.is_some();
-            let mut stopped = if must_stop && !armed && k.state == 'R' { self.stop(tid) } else { None };
-            let mut native = match (&mut self.native, &stopped) {
-                (Some(n), Some(s)) => n.unwind(s),
-                _ => None,
-            };
-            let (mut read, mut task, mut span) = self.read_thread(tstate, stopped.is_some());
-            if armed {
-                native = self.native.as_mut().and_then(|n| n.take(tid));
-                // No sample in time: the thread was waiting for a CPU, so a
-                // stop costs it little; its stacks are read again, stopped.
-                if native.is_none() {
-                    stopped = self.stop(tid);
-                    if let (Some(n), Some(s)) = (&mut self.native, &stopped) {
-                        native = n.unwind(s);
-                        (read, task, span) = self.read_thread(tstate, true);
+            let shot = if running && !self.blocking { self.shoot(tid, tstate) } else { None };
+            let mut stopped = None;
+            let (read, task, span, native) = match shot {
+                Some((read, native)) => (read.0, read.1, read.2, Some(native)),
+                None => {
+                    if running && (self.blocking || self.native.is_some()) {
+                        stopped = self.stop(tid);
                     }
+                    let native = match (&mut self.native, &stopped) {
+                        (Some(n), Some(s)) => n.unwind(s),
+                        _ => None,
+                    };
+                    let (read, task, span) = self.read_thread(tstate, stopped.is_some());
+                    (read, task, span, native)
                 }
-            }
+            };
             let was_stopped = stopped.is_some();
             drop(stopped);
             let t2 = Instant::now();

@@ -149,6 +149,25 @@ pub struct Stack {
     pub evals: Vec<usize>,
 }
 
+impl Stack {
+    /// Whether `other`, read later, shows the same calls: every frame the
+    /// same function at the same line, but the innermost, whose line moves
+    /// as it runs, and the same frames per call of the evaluation function.
+    /// A torn read matches nothing.
+    pub fn same_calls(&self, other: &Stack) -> bool {
+        let same_function = |a: &Frame, b: &Frame| match (a, b) {
+            (Frame::Function { name: n, file: f, .. }, Frame::Function { name: m, file: g, .. }) => n == m && f == g,
+            (a, b) => a == b,
+        };
+        self.truncated.is_none()
+            && other.truncated.is_none()
+            && self.evals == other.evals
+            && self.frames.len() == other.frames.len()
+            && self.frames.get(1..) == other.frames.get(1..)
+            && self.frames.first().zip(other.frames.first()).is_none_or(|(a, b)| same_function(a, b))
+    }
+}
+
 /// Reads the stack of `tstate`. Every frame is checked when read (a running
 /// frame, a code object); a walk that meets one that is not, or loops, is
 /// retried up to [`ATTEMPTS`] times, and the longest one is kept with a
@@ -186,3 +205,30 @@ pub fn read_stack(t: &Target, walks: &mut Walks, tstate: u64, retries: &mut u64,
 
 /// Walks per stack read, at most.
 const ATTEMPTS: u32 = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(frames: &[(&str, i64)], evals: &[usize]) -> Stack {
+        let frames = frames
+            .iter()
+            .map(|&(name, line)| Frame::Function { name: name.into(), file: "w.py".into(), line })
+            .collect();
+        Stack { frames, truncated: None, evals: evals.to_vec() }
+    }
+
+    #[test]
+    fn same_calls_lets_the_innermost_line_move_only() {
+        let a = stack(&[("spin_it", 18), ("<module>", 24)], &[2]);
+        assert!(a.same_calls(&stack(&[("spin_it", 19), ("<module>", 24)], &[2])));
+        // The loop moved on to its next call.
+        assert!(!a.same_calls(&stack(&[("compress_it", 14), ("<module>", 23)], &[2])));
+        assert!(!a.same_calls(&stack(&[("spin_it", 18), ("<module>", 25)], &[2])));
+        assert!(!a.same_calls(&stack(&[("spin_it", 18), ("<module>", 24)], &[1, 2])));
+        assert!(!a.same_calls(&stack(&[("<module>", 24)], &[1])));
+        let torn = Stack { truncated: Some(End::Torn), ..stack(&[("spin_it", 18), ("<module>", 24)], &[2]) };
+        assert!(!a.same_calls(&torn));
+        assert!(!torn.same_calls(&a));
+    }
+}

@@ -4,16 +4,18 @@
 //!
 //! A thread that is running is not stopped: a perf event armed for one
 //! sample ([`osprey_perf::OneShot`]) copies its registers and the top of its
-//! stack after 10 µs of its CPU time, while its Python stack is being read;
-//! the native stack is unwound with the CFI tables of `osprey-unwind` over
-//! that copy, and [`merge`] puts the two together (a Python stack that moved
-//! on meanwhile does not match: the stack is marked). With `--blocking`, or
-//! where no event can be opened, the thread is stopped for the moment of the
-//! read instead (see [`crate::remote::ptrace`]) and its stack copied a chunk
-//! at a time while it stands still; so is a runnable thread whose sample did
-//! not come within 200 µs, being preempted (a stop then costs it little). Threads that wait are neither sampled
-//! nor stopped (a stop interrupts a blocking system call, which some return
-//! as `EINTR`): their stacks stay Python only.
+//! stack after 10 µs of its CPU time, between two reads of its Python stack;
+//! the sample is kept only when both reads show the same calls (so the
+//! sample ran them too), the native stack is unwound with the CFI tables of
+//! `osprey-unwind` over that copy, and [`merge`] puts the two together.
+//! With `--blocking`, or where no event can be opened, the thread is stopped
+//! for the moment of the read instead (see [`crate::remote::ptrace`]) and
+//! its stack copied a chunk at a time while it stands still; so is a
+//! runnable thread whose sample did not come within 200 µs, being preempted
+//! (a stop then costs it little), and one whose calls changed around two
+//! samples in a row. Threads that wait are neither sampled nor stopped (a
+//! stop interrupts a blocking system call, which some return as `EINTR`):
+//! their stacks stay Python only.
 //!
 //! Modules (`/proc/<pid>/maps`, through `/proc/<pid>/root` for a container)
 //! are compiled once per file and load address; the maps are looked at
@@ -51,8 +53,8 @@ const SHOT_STACK: u32 = osprey_perf::Config::MAX_STACK;
 /// One-shot samples open at once, at most: each pins a 64 KiB ring. The
 /// least recently armed is closed for a new one.
 const MAX_SHOTS: usize = 64;
-/// How long a sample not taken during the Python read is waited for: a
-/// read shorter than the sample's 10 µs of CPU, or a thread preempted.
+/// How long a sample is waited for: the sample's 10 µs of the thread's
+/// CPU, longer for a thread preempted.
 const SHOT_WAIT: Duration = Duration::from_micros(200);
 /// Modules are re-read at least this often.
 const RESCAN: Duration = Duration::from_secs(5);
@@ -71,9 +73,13 @@ const EVAL: &str = "_PyEval_EvalFrameDefault";
 pub struct NativeStats {
     /// Stacks unwound and merged (stopped, or sampled running).
     pub unwound: u64,
-    /// Runnable threads whose one-shot sample did not come in time (they
-    /// waited for a CPU): stopped for their read instead.
+    /// Running threads stopped for their read after all: their one-shot
+    /// sample did not come in time (they waited for a CPU), or their calls
+    /// changed around each of the samples tried.
     pub missed: u64,
+    /// One-shot samples dropped because the Python stack read before and
+    /// after showed different calls.
+    pub moved: u64,
     /// Stacks merged whole.
     pub matched: u64,
     /// Stacks whose native walk ended early (marked in the stack).
@@ -260,13 +266,14 @@ impl Native {
     }
 
     /// Arms running thread `tid`'s one-shot sample (opened the first time),
-    /// just before its Python stack is read. False where none can be opened:
+    /// just after its Python stack is read. False where none can be opened:
     /// the caller stops the thread instead.
     pub fn arm(&mut self, tid: i32) -> bool {
         self.arms += 1;
         if !self.shots.contains_key(&tid) && self.shots.len() >= MAX_SHOTS {
-            let oldest = self.shots.iter().min_by_key(|(_, s)| s.1).map(|(&t, _)| t);
-            oldest.map(|t| self.shots.remove(&t));
+            if let Some(oldest) = self.shots.iter().min_by_key(|(_, s)| s.1).map(|(&t, _)| t) {
+                self.shots.remove(&oldest);
+            }
         }
         let error = &mut self.shot_error;
         let shot = self.shots.entry(tid).or_insert_with(|| {
@@ -276,9 +283,9 @@ impl Native {
         shot.0.as_mut().is_some_and(|s| s.arm().is_ok())
     }
 
-    /// The native stack of the sample armed for `tid` (as [`Native::unwind`]),
-    /// after its Python stack was read; None if the thread did not run the
-    /// 10 µs the sample waits for within [`SHOT_WAIT`].
+    /// The native stack of the sample armed for `tid` (as [`Native::unwind`]);
+    /// None if the thread did not run the 10 µs the sample waits for within
+    /// [`SHOT_WAIT`].
     pub fn take(&mut self, tid: i32) -> Option<(Vec<u64>, bool)> {
         let shot = self.shots.get_mut(&tid)?.0.as_mut()?;
         let set = &self.set;
