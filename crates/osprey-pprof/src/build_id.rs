@@ -14,8 +14,13 @@ const MAX_NOTE_SEGMENT: u64 = 64 * 1024;
 /// little-endian ELF64 with such a note.
 pub fn read_hex(path: &Path) -> Option<String> {
     let mut f = File::open(path).ok()?;
-    let id = find(&mut f).ok()??;
-    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+    find(&mut f).ok()?.map(|id| hex(&id))
+}
+
+/// Lowercase hex of a build id.
+pub(crate) fn hex(id: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    id.iter().flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]).map(char::from).collect()
 }
 
 fn find(f: &mut File) -> io::Result<Option<Vec<u8>>> {
@@ -50,8 +55,10 @@ fn find(f: &mut File) -> io::Result<Option<Vec<u8>>> {
     Ok(None)
 }
 
-/// Walks `namesz, descsz, type, name, desc` records (4-byte aligned).
-fn scan_notes(mut notes: &[u8]) -> Option<&[u8]> {
+/// The `NT_GNU_BUILD_ID` note's bytes among `notes` (a note segment, of a
+/// file or in memory): `namesz, descsz, type, name, desc` records, 4-byte
+/// aligned, little-endian.
+pub(crate) fn scan_notes(mut notes: &[u8]) -> Option<&[u8]> {
     let align = |n: usize| (n + 3) & !3;
     while notes.len() >= 12 {
         let word = |i: usize| u32::from_le_bytes(notes[i..i + 4].try_into().unwrap()) as usize;

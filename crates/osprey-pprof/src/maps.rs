@@ -133,66 +133,26 @@ mod loader {
     /// Executable segments of every loaded object (the main program's path empty).
     pub(super) fn regions() -> Vec<Region> {
         let mut out: Vec<Region> = Vec::new();
-        // SAFETY: `each` matches the callback contract; `out` outlives the call.
-        unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut Vec<Region> as *mut libc::c_void) };
-        out
-    }
-
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _: usize, data: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `data` is the `Vec` passed by `regions`; `info` is valid for
-        // the callback's duration (loader's contract).
-        let (out, info) = unsafe { (&mut *(data as *mut Vec<Region>), &*info) };
-        if info.dlpi_phdr.is_null() {
-            return 0;
-        }
-        // SAFETY: the loader gives `dlpi_phnum` program headers at `dlpi_phdr`,
-        // and a NUL-terminated name.
-        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
-        let path = if info.dlpi_name.is_null() {
-            String::new()
-        } else {
-            // SAFETY: see above.
-            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
-        };
-        let build_id = phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE).find_map(|p| {
-            let at = info.dlpi_addr.wrapping_add(p.p_vaddr) as *const u8;
-            // SAFETY: a PT_NOTE segment lies in a PT_LOAD one: mapped and readable while loaded.
-            gnu_build_id(unsafe { std::slice::from_raw_parts(at, p.p_memsz as usize) })
-        });
-        let page = |a: u64| a & !0xfff;
-        for p in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0) {
-            let lo = info.dlpi_addr.wrapping_add(p.p_vaddr);
-            let hi = lo.wrapping_add(p.p_memsz);
-            out.push(Region {
-                start: page(lo),
-                end: (hi + 0xfff) & !0xfff,
-                offset: page(p.p_offset),
-                executable: true,
-                path: path.clone(),
-                deleted: false,
-                build_id: build_id.clone(),
-            });
-        }
-        0
-    }
-
-    /// The `NT_GNU_BUILD_ID` note of a note segment, in hex.
-    fn gnu_build_id(mut notes: &[u8]) -> Option<String> {
-        let word = |b: &[u8], i: usize| Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?) as usize);
-        let align = |n: usize| (n + 3) & !3;
-        while notes.len() >= 12 {
-            let (namesz, descsz, kind) = (word(notes, 0)?, word(notes, 4)?, word(notes, 8)?);
-            let name = notes.get(12..12 + namesz)?;
-            let desc_at = 12 + align(namesz);
-            let desc = notes.get(desc_at..desc_at + descsz)?;
-            if kind == 3 && name == b"GNU\0" && !desc.is_empty() {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                let hex = desc.iter().flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-                return Some(hex.map(char::from).collect());
+        osprey_unwind::loaded::each_object(|o| {
+            let path = o.name.to_string_lossy().into_owned();
+            let build_id = o.notes().find_map(crate::build_id::scan_notes).map(crate::build_id::hex);
+            let page = |a: u64| a & !0xfff;
+            for p in o.phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0) {
+                let lo = o.bias.wrapping_add(p.p_vaddr);
+                let hi = lo.wrapping_add(p.p_memsz);
+                out.push(Region {
+                    start: page(lo),
+                    end: (hi + 0xfff) & !0xfff,
+                    offset: page(p.p_offset),
+                    executable: true,
+                    path: path.clone(),
+                    deleted: false,
+                    build_id: build_id.clone(),
+                });
             }
-            notes = notes.get(desc_at + align(descsz)..)?;
-        }
-        None
+            true
+        });
+        out
     }
 }
 

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""osprey and py-spy on the same run of `black` formatting a real source
-tree (a copy of part of the interpreter's own standard library).
+"""osprey and py-spy on the same run of a real program: `black` formatting
+a real source tree (a copy of part of the interpreter's own standard
+library), or `mypy` checking one (by default black's own package).
 
   python3 black_run.py --osprey target/release/osprey --black VENV/bin/black
       [--tree DIR] [--hz 100]
+  python3 black_run.py --osprey target/release/osprey --mypy VENV/bin/mypy
+      [--tree DIR] [--hz 100]
+
+Install them pure-Python, as a profile of Python code needs:
+`pip install --no-binary black,mypy black mypy`.
 
 Both attach to one black process (one worker, pure-Python black: install
 it with `pip install --no-binary black black`) at the same rate, osprey in
@@ -28,12 +34,19 @@ from same_run import osprey_flat, pyspy_flat  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--osprey", required=True)
-    ap.add_argument("--black", required=True)
-    ap.add_argument("--tree", default=sysconfig.get_paths()["stdlib"])
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--black")
+    which.add_argument("--mypy")
+    ap.add_argument("--tree")
     ap.add_argument("--hz", type=int, default=100)
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--blocking", action="store_true")
     a = ap.parse_args()
+    if a.tree is None and a.mypy:
+        find = "import black, os; print(os.path.dirname(black.__file__))"
+        python = os.path.join(os.path.dirname(a.mypy), "python")
+        a.tree = subprocess.run([python, "-c", find], capture_output=True, text=True, check=True).stdout.strip()
+    a.tree = a.tree or sysconfig.get_paths()["stdlib"]
     tmp = tempfile.mkdtemp()
     ignore = shutil.ignore_patterns("test", "tests", "idlelib", "site-packages", "__pycache__", "lib2to3")
     out, raw = os.path.join(tmp, "osprey"), os.path.join(tmp, "pyspy.txt")
@@ -47,8 +60,11 @@ def main():
         src = tempfile.mkdtemp(dir=tmp)
         shutil.rmtree(src)
         shutil.copytree(a.tree, src, ignore=ignore)
-        p = subprocess.Popen([a.black, "-W", "1", "-q", "--fast", src], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+        if a.black:
+            cmd = [a.black, "-W", "1", "-q", "--fast", src]
+        else:
+            cmd = [a.mypy, "--no-incremental", "--cache-dir", os.devnull, "--ignore-missing-imports", src]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)
         procs = []
         for cmd, pipe in profilers:

@@ -35,56 +35,98 @@ pub struct Loaded {
     pub image: Option<(u64, u64)>,
 }
 
+/// One object as the loader reports it, borrowed for the duration of
+/// [`each_object`]'s callback.
+pub struct Object<'a> {
+    /// File name as loaded (empty for the main program).
+    pub name: &'a CStr,
+    /// Load bias: address in memory minus ELF virtual address.
+    pub bias: u64,
+    /// The object's program headers, in memory.
+    pub phdrs: &'a [libc::Elf64_Phdr],
+    /// The loader's counters (absent from an old loader's shorter record).
+    pub generation: Option<Generation>,
+}
+
+impl Object<'_> {
+    /// The object's note segments, in memory.
+    pub fn notes(&self) -> impl Iterator<Item = &[u8]> {
+        self.phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE).map(|p| {
+            let at = self.bias.wrapping_add(p.p_vaddr) as *const u8;
+            // SAFETY: a PT_NOTE segment lies in a PT_LOAD one, mapped and
+            // readable while the object is loaded, which it is during the
+            // callback (the loader's lock is held).
+            unsafe { std::slice::from_raw_parts(at, p.p_memsz as usize) }
+        })
+    }
+}
+
+/// Calls `f` with each loaded object, in the loader's order, until it
+/// returns false. Takes the loader's lock: `f` must not `dlopen`.
+pub fn each_object(mut f: impl FnMut(&Object<'_>) -> bool) {
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `data` is the `&mut dyn FnMut` passed to dl_iterate_phdr
+        // below, and `info` is valid for the callback's duration (loader's
+        // contract).
+        let (f, info) = unsafe { (&mut *(data as *mut &mut dyn FnMut(&Object<'_>) -> bool), &*info) };
+        let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+            &[]
+        } else {
+            // SAFETY: the loader gives `dlpi_phnum` program headers at `dlpi_phdr`.
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+        };
+        let name = if info.dlpi_name.is_null() {
+            c""
+        } else {
+            // SAFETY: a NUL-terminated string owned by the loader.
+            unsafe { CStr::from_ptr(info.dlpi_name) }
+        };
+        // The counters are read only where the loader's record has them.
+        let generation = if size >= std::mem::size_of::<libc::dl_phdr_info>() {
+            Some(Generation { adds: info.dlpi_adds, subs: info.dlpi_subs })
+        } else {
+            None
+        };
+        let object = Object { name, bias: info.dlpi_addr, phdrs, generation };
+        libc::c_int::from(!f(&object))
+    }
+    let mut f: &mut dyn FnMut(&Object<'_>) -> bool = &mut f;
+    // SAFETY: `each` matches the callback contract; `f` outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut f as *mut _ as *mut libc::c_void) };
+}
+
 struct Scan {
     generation: Option<Generation>,
     objects: Vec<Loaded>,
-    only_generation: bool,
-}
-
-unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `data` is the `&mut Scan` passed to dl_iterate_phdr below, and
-    // `info` is valid for the callback's duration (loader's contract).
-    let (scan, info) = unsafe { (&mut *(data as *mut Scan), &*info) };
-    if scan.generation.is_none() && size >= std::mem::size_of::<libc::dl_phdr_info>() {
-        scan.generation = Some(Generation { adds: info.dlpi_adds, subs: info.dlpi_subs });
-    }
-    if scan.only_generation {
-        return 1;
-    }
-    let name = if info.dlpi_name.is_null() {
-        PathBuf::new()
-    } else {
-        // SAFETY: a NUL-terminated string owned by the loader.
-        PathBuf::from(unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned())
-    };
-    let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
-        &[]
-    } else {
-        // SAFETY: the loader gives `dlpi_phnum` program headers at `dlpi_phdr`.
-        unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
-    };
-    let (mut start, mut end, mut image) = (u64::MAX, 0, None::<(u64, u64)>);
-    for ph in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
-        let lo = info.dlpi_addr.wrapping_add(ph.p_vaddr);
-        let hi = lo.wrapping_add(ph.p_memsz);
-        if ph.p_flags & libc::PF_X != 0 {
-            start = start.min(lo);
-            end = end.max(hi);
-        }
-        if ph.p_offset == 0 && image.is_none() {
-            image = Some((lo, lo.wrapping_add(ph.p_filesz)));
-        }
-    }
-    if start < end {
-        scan.objects.push(Loaded { path: name, bias: info.dlpi_addr, start, end, image });
-    }
-    0
 }
 
 fn iterate(only_generation: bool) -> Scan {
-    let mut scan = Scan { generation: None, objects: Vec::new(), only_generation };
-    // SAFETY: `each` matches the callback contract; `scan` outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut scan as *mut Scan as *mut libc::c_void) };
+    let mut scan = Scan { generation: None, objects: Vec::new() };
+    each_object(|o| {
+        if scan.generation.is_none() {
+            scan.generation = o.generation;
+        }
+        if only_generation {
+            return false;
+        }
+        let (mut start, mut end, mut image) = (u64::MAX, 0, None::<(u64, u64)>);
+        for ph in o.phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
+            let lo = o.bias.wrapping_add(ph.p_vaddr);
+            let hi = lo.wrapping_add(ph.p_memsz);
+            if ph.p_flags & libc::PF_X != 0 {
+                start = start.min(lo);
+                end = end.max(hi);
+            }
+            if ph.p_offset == 0 && image.is_none() {
+                image = Some((lo, lo.wrapping_add(ph.p_filesz)));
+            }
+        }
+        if start < end {
+            let path = PathBuf::from(o.name.to_string_lossy().into_owned());
+            scan.objects.push(Loaded { path, bias: o.bias, start, end, image });
+        }
+        true
+    });
     scan
 }
 
