@@ -30,6 +30,8 @@ impl OneShot {
     /// The sample comes after this much of the thread's CPU time from
     /// [`OneShot::arm`]: the kernel's floor for a software clock's period.
     pub const PERIOD_NS: u64 = 10_000;
+    /// How long [`OneShot::take`] waits on the CPU before it sleeps.
+    pub const SPIN: Duration = Duration::from_micros(50);
 
     /// Opens the event on thread `tid` (any process the caller may trace),
     /// idle, copying `stack_bytes` of stack per sample.
@@ -58,9 +60,16 @@ impl OneShot {
     /// thread ran long enough for it to be taken, waiting up to `wait` for
     /// it. Returns the samples the ring held: 0 or 1.
     pub fn take(&mut self, wait: Duration, f: impl FnOnce(&RawSample<'_>)) -> u64 {
+        // The sample is due after the thread's next 10 µs of CPU: waited
+        // for on this CPU first, it spares the thread the wakeup of a
+        // sleeping poller (an interrupt, often a preemption, on its CPU).
+        let start = Instant::now();
+        while self.sampler.pending() == 0 && start.elapsed() < OneShot::SPIN.min(wait) {
+            std::hint::spin_loop();
+        }
         // The record crosses the ring's half: its write wakes a poller. A
         // wakeup nobody polled for stays pending, hence the loop.
-        let deadline = Instant::now() + wait;
+        let deadline = start + wait;
         while self.sampler.pending() == 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || self.sampler.wait(left).is_err() {

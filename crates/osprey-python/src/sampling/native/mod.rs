@@ -5,14 +5,16 @@
 //! A thread that is running is not stopped: a perf event armed for one
 //! sample ([`osprey_perf::OneShot`]) copies its registers and the top of its
 //! stack after 10 µs of its CPU time, between two reads of its Python stack;
-//! the sample is kept only when both reads show the same calls (so the
-//! sample ran them too), the native stack is unwound with the CFI tables of
-//! `osprey-unwind` over that copy, and [`merge`] puts the two together.
+//! a sample in a C extension or a library is kept only when both reads show
+//! the same calls (so the sample ran them too), one in Python code with a
+//! read that merges with it whole. The native stack is unwound with the CFI
+//! tables of `osprey-unwind` over that copy, and [`merge`] puts the two
+//! together.
 //! With `--blocking`, or where no event can be opened, the thread is stopped
 //! for the moment of the read instead (see [`crate::remote::ptrace`]) and
 //! its stack copied a chunk at a time while it stands still; so is a
 //! runnable thread whose sample did not come within 200 µs, being preempted
-//! (a stop then costs it little), and one whose calls changed around two
+//! (a stop then costs it little), and one whose calls changed around three
 //! samples in a row. Threads that wait are neither sampled nor stopped (a
 //! stop interrupts a blocking system call, which some return as `EINTR`):
 //! their stacks stay Python only.
@@ -77,8 +79,9 @@ pub struct NativeStats {
     /// sample did not come in time (they waited for a CPU), or their calls
     /// changed around each of the samples tried.
     pub missed: u64,
-    /// One-shot samples dropped because the Python stack read before and
-    /// after showed different calls.
+    /// One-shot samples dropped because the Python stack moved on around
+    /// them: in a C extension or a library, the reads before and after
+    /// showed different calls; in Python code, neither read merged whole.
     pub moved: u64,
     /// Stacks merged whole.
     pub matched: u64,
@@ -306,6 +309,16 @@ impl Native {
                 None
             }
         }
+    }
+
+    /// For a sample in Python code (the native frames above the innermost
+    /// call of the evaluation function all the interpreter's own, no C
+    /// extension or library): its calls of the evaluation function, which a
+    /// Python stack must have as many groups of to be merged with it.
+    pub fn in_python(&mut self, native: &[u64]) -> Option<usize> {
+        let kinds: Vec<Kind> = native.iter().enumerate().map(|(i, &pc)| self.name(pc, i > 0).kind).collect();
+        let leaf = kinds.iter().position(|&k| k != Kind::Interp)?;
+        (kinds[leaf] == Kind::Eval).then(|| kinds.iter().filter(|&&k| k == Kind::Eval).count())
     }
 
     /// Drops the one-shot samples of threads not in `tids`.
