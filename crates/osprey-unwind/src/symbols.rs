@@ -206,7 +206,11 @@ mod tests {
                 agree += 1;
             }
             if let (Some(w), Some(n)) = (want, n) {
-                assert_eq!(table.find(w).map(|f| f.0), table.find(n).map(|f| f.0), "{a:#x}: {w} vs {n}");
+                // Another name is an alias of the same code: the table kept
+                // one name per start, so it knows the other one at the same
+                // start or not at all.
+                let other = table.find(n).map(|f| f.0);
+                assert!(other.is_none() || other == table.find(w).map(|f| f.0), "{a:#x}: {w} vs {n}");
             }
         }
         assert_eq!(agree, svmas.len(), "named the same addresses");
