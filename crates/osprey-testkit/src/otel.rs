@@ -128,11 +128,11 @@ pub fn tally(profiles: &[Profile], used: &UsedSpans) -> Tally {
 /// program wrote to `used_file` (by `threads` threads, if given), show: at least 90% of
 /// the CPU samples in spans with the span their thread ran in, its trace
 /// and (90% of those) its local root; no ids a thread never used; at most
-/// 2% of the samples outside spans with a span (seen on 3.8 to 3.10, about
-/// 1 in 70: a stack of reused frame objects read as `outside` while the
-/// thread was, before and after, in the next root span). A run has about 70
-/// samples outside spans, so that last count is noise-bound: when it alone
-/// fails and this is not the `last` attempt, None (run again).
+/// 2% of the samples outside spans with a span (3.8 to 3.10, 1 in about
+/// 40 runs: a walk that followed a frame another thread reused while the
+/// reader was preempted, see docs/design/python-walk.md). A run has about
+/// 70 samples outside spans, so that last count is noise-bound: when it
+/// alone fails and this is not the `last` attempt, None (run again).
 pub fn check_spans(
     name: &str,
     profiles: &[Profile],

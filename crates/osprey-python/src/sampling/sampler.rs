@@ -316,7 +316,9 @@ impl Sampler {
     /// time (the thread waited for a CPU) or the calls kept changing: the
     /// caller stops the thread instead.
     fn shoot(&mut self, tid: i32, tstate: u64) -> Option<(ThreadRead, (Vec<u64>, bool))> {
-        self.native.as_ref()?;
+        if !self.native.as_mut()?.can_arm(tid) {
+            return None;
+        }
         for _ in 0..SHOT_TRIES {
             let before = self.read_thread(tstate, false);
             let n = self.native.as_mut()?;

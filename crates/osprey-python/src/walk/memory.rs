@@ -28,6 +28,9 @@ pub(crate) struct Hints {
     /// Generator frames and the caller each had when last seen running
     /// (see [`super::chain::walk_from`]).
     pub(crate) gens: Vec<(u64, u64)>,
+    /// The outermost frame of its last walk that reached one (3.8-3.10,
+    /// the thread running; see [`super::read`]).
+    pub(crate) root: Option<u64>,
 }
 
 /// The hints of every thread state, and (3.12) where a call of the

@@ -97,6 +97,24 @@ fn walk_once(t: &Target, walks: &mut Walks, tstate: u64, last_resort: bool, stil
         // a short call that began meanwhile, 3.13+): read again.
         w.end = End::Torn;
     }
+    // 3.8-3.10 frames are heap objects that every thread's calls take from
+    // the same free lists: a frame freed and taken by another thread while
+    // the reader was preempted leads the walk into that thread's chain,
+    // which is running at every frame and as deep, but ends at that
+    // thread's outermost frame. A thread's outermost frame stays while it
+    // lives: a walk ending at another one than the last walk's is read
+    // again, and kept if the next walk ends there too (a new thread on a
+    // reused state, a callback from C).
+    let cross = |w: &Walk, root: Option<u64>| {
+        live.is_some() && !still && w.end == End::Root && root.zip(w.chain.last()).is_some_and(|(r, &l)| r != l)
+    };
+    let last_root = hints.root;
+    if w.end == End::Root && live.is_some() && !still {
+        hints.root = w.chain.last().copied();
+    }
+    if cross(&w, last_root) {
+        w.end = End::Torn;
+    }
     if w.end == End::Torn && last_resort {
         // The snapshot alone may still hold one whole stack: of the walks
         // from its own running frames that reach the outermost, the deepest
@@ -105,7 +123,10 @@ fn walk_once(t: &Target, walks: &mut Walks, tstate: u64, last_resort: bool, stil
         let tops = live.map(|lv| snap.own_tops(l, lv)).unwrap_or_default();
         for own in tops {
             let again = walk_from(t, &mut walks.codes, &snap, &[], own, size, Top::Snapshot)?;
-            if again.end == End::Root && (w.end != End::Root || again.frames.len() > w.frames.len()) {
+            if again.end == End::Root
+                && !cross(&again, last_root)
+                && (w.end != End::Root || again.frames.len() > w.frames.len())
+            {
                 w = again;
             }
         }

@@ -272,6 +272,17 @@ impl Native {
     /// just after its Python stack is read. False where none can be opened:
     /// the caller stops the thread instead.
     pub fn arm(&mut self, tid: i32) -> bool {
+        self.shot(tid).is_some_and(|s| s.arm().is_ok())
+    }
+
+    /// Whether a one-shot sample can be armed for `tid` (its event opened).
+    pub fn can_arm(&mut self, tid: i32) -> bool {
+        self.shot(tid).is_some()
+    }
+
+    /// The one-shot event of `tid`, opened at its first use (the least
+    /// recently armed one closed past [`MAX_SHOTS`]); None if it cannot be.
+    fn shot(&mut self, tid: i32) -> Option<&mut osprey_perf::OneShot> {
         self.arms += 1;
         if !self.shots.contains_key(&tid) && self.shots.len() >= MAX_SHOTS {
             if let Some(oldest) = self.shots.iter().min_by_key(|(_, s)| s.1).map(|(&t, _)| t) {
@@ -283,7 +294,7 @@ impl Native {
             (osprey_perf::OneShot::open(tid as u32, SHOT_STACK).map_err(|e| *error = Some(e.to_string())).ok(), 0)
         });
         shot.1 = self.arms;
-        shot.0.as_mut().is_some_and(|s| s.arm().is_ok())
+        shot.0.as_mut()
     }
 
     /// The native stack of the sample armed for `tid` (as [`Native::unwind`]);
@@ -316,9 +327,17 @@ impl Native {
     /// extension or library): its calls of the evaluation function, which a
     /// Python stack must have as many groups of to be merged with it.
     pub fn in_python(&mut self, native: &[u64]) -> Option<usize> {
-        let kinds: Vec<Kind> = native.iter().enumerate().map(|(i, &pc)| self.name(pc, i > 0).kind).collect();
-        let leaf = kinds.iter().position(|&k| k != Kind::Interp)?;
-        (kinds[leaf] == Kind::Eval).then(|| kinds.iter().filter(|&&k| k == Kind::Eval).count())
+        // Leaf first: the interpreter's own frames, then an evaluation call.
+        let mut evals = 0;
+        let mut leaf = None;
+        for (i, &pc) in native.iter().enumerate() {
+            let kind = self.name(pc, i > 0).kind;
+            if leaf.is_none() && kind != Kind::Interp {
+                leaf = Some(kind);
+            }
+            evals += usize::from(kind == Kind::Eval);
+        }
+        (leaf? == Kind::Eval).then_some(evals)
     }
 
     /// Drops the one-shot samples of threads not in `tids`.
