@@ -135,8 +135,8 @@ pub(crate) fn walk_from(
     let torn = |e: io::Error| if e.raw_os_error() == Some(libc::ESRCH) { Err(e) } else { Ok(End::Torn) };
     // A frame's copy: the snapshot's, or read now (`None`: neither).
     let copy = |f: u64| -> io::Result<Option<Vec<u8>>> {
-        match snap.frames.get(&f).filter(|b| b.len() >= size) {
-            Some(b) => Ok(Some(b.clone())),
+        match snap.copy(f, size) {
+            Some(b) => Ok(Some(b.to_vec())),
             None if from == Top::Snapshot => Ok(None),
             None => t.mem.read_vec(f, size).map(Some),
         }

@@ -17,6 +17,9 @@ use crate::target::Target;
 pub(crate) struct Snapshot {
     /// Copies by address, of the length asked.
     pub(crate) frames: HashMap<u64, Vec<u8>>,
+    /// Every range copied whole, by start address: a frame that lies in
+    /// one, asked for or not, was copied in the same instant as the rest.
+    ranges: Vec<(u64, Vec<u8>)>,
 }
 
 impl Snapshot {
@@ -66,7 +69,8 @@ impl Snapshot {
         // what came whole before it counts.
         let mut left = n.max(0) as u64;
         let mut frames = HashMap::with_capacity(asks.len());
-        for (&k, b) in order.iter().zip(&bufs) {
+        let mut whole = Vec::with_capacity(bufs.len());
+        for (&k, b) in order.iter().zip(bufs) {
             let r = ranges[k];
             if left < r.1 - r.0 {
                 break;
@@ -80,8 +84,23 @@ impl Snapshot {
                     *e = b[at..at + n].to_vec();
                 }
             }
+            whole.push((r.0, b));
         }
-        Snapshot { frames }
+        whole.sort_unstable_by_key(|w| w.0);
+        Snapshot { frames, ranges: whole }
+    }
+
+    /// The `len` bytes at `addr`, if asked for or copied in a range (a
+    /// frame pushed where the thread's earlier walks had none, between
+    /// frames they had).
+    pub(crate) fn copy(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        if let Some(b) = self.frames.get(&addr).filter(|b| b.len() >= len) {
+            return Some(b);
+        }
+        let i = self.ranges.partition_point(|r| r.0 <= addr).checked_sub(1)?;
+        let (start, b) = &self.ranges[i];
+        let at = usize::try_from(addr - start).ok()?;
+        b.get(at..at.checked_add(len)?)
     }
 
     /// The pointer at `addr`, if it was asked for (or lies in what was).
@@ -103,5 +122,26 @@ impl Snapshot {
             .collect();
         let callers: HashSet<u64> = running.iter().map(|r| r.1).collect();
         running.iter().filter(|r| !callers.contains(&r.0)).map(|r| r.0).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_finds_bytes_inside_a_range_only() {
+        let snap = Snapshot {
+            frames: HashMap::from([(0x1010, vec![7; 8])]),
+            ranges: vec![(0x1000, (0..64).collect()), (0x2000, vec![9; 16])],
+        };
+        assert_eq!(snap.copy(0x1010, 8), Some(&[7u8; 8][..]));
+        assert_eq!(snap.copy(0x1020, 4), Some(&[32u8, 33, 34, 35][..]));
+        assert_eq!(snap.copy(0x1038, 8).map(|b| b[7]), Some(63));
+        // Past a range's end, before the first, between two.
+        assert_eq!(snap.copy(0x1039, 8), None);
+        assert_eq!(snap.copy(0xfff, 1), None);
+        assert_eq!(snap.copy(0x1800, 8), None);
+        assert_eq!(snap.copy(0x2008, 8), Some(&[9u8; 8][..]));
     }
 }
