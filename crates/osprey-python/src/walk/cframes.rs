@@ -13,7 +13,7 @@ use crate::remote::process::rd_u64;
 /// entry frame (its call returned), down to a known cframe entered from
 /// it whose entry frame was entered from the current frame (a call began);
 /// 3.11, which has no entry frames, only down. `None` if `cframe` was not
-/// asked for (first seen). See docs/design/python-walk.md, "Cframes".
+/// copied. See docs/design/python-walk.md, "Cframes".
 pub(crate) fn current_frame(
     l: &Layout,
     snap: &Snapshot,
@@ -25,7 +25,7 @@ pub(crate) fn current_frame(
 ) -> Option<(u64, u64)> {
     let size = l.frame_size_to_read;
     let cur = |c: u64| snap.u64(c + off);
-    let previous = |c: u64| snap.frames.get(&(c + off)).filter(|b| b.len() >= 16).map(|b| rd_u64(b, 8));
+    let previous = |c: u64| snap.copy(c + off, 16).map(|b| rd_u64(b, 8));
     let mut c = cframe;
     let mut top = cur(c)?;
     if let Some(ie) = l.frame_is_entry {
@@ -34,7 +34,7 @@ pub(crate) fn current_frame(
         // again now: a returned call's cframe and frames stay in memory).
         let first_frame = |mut f: u64, caller: u64| {
             for _ in 0..64 {
-                let b = snap.frames.get(&f).filter(|b| b.len() >= size)?;
+                let b = snap.copy(f, size)?;
                 if b[ie as usize] != 0 {
                     return (rd_u64(b, l.frame_previous as usize) == caller).then_some(f);
                 }
@@ -62,7 +62,7 @@ pub(crate) fn current_frame(
     // The entry frame of cframe `k`'s call, if it is one (owned by the C
     // stack) and was entered from frame `caller`.
     let entered_from = |k: u64, caller: u64| {
-        let b = snap.frames.get(&entry(k)).filter(|b| b.len() >= size)?;
+        let b = snap.copy(entry(k), size)?;
         let owner = l.frame_owner.map(|o| b[o as usize])?;
         (owner == FRAME_OWNED_BY_CSTACK && rd_u64(b, l.frame_previous as usize) == caller).then_some(())
     };

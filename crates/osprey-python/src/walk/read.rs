@@ -60,18 +60,23 @@ fn walk_once(t: &Target, walks: &mut Walks, tstate: u64, last_resort: bool, stil
         (Some(top), None) => top,
         (Some(0), Some(_)) => 0,
         (Some(cframe), Some(off)) => {
-            match current_frame(l, &snap, &hints.cframes, entry_offset, cframe, off, &mut || {
+            let found = current_frame(l, &snap, &hints.cframes, entry_offset, cframe, off, &mut || {
                 let b = t.mem.read_vec(tstate + l.tstate_datastack?, 16).ok()?;
                 Some((rd_u64(&b, 0), rd_u64(&b, 8)))
-            }) {
+            });
+            // A cframe first seen (it may still lie in a range copied for
+            // others) or not copied is asked for first from now on.
+            if found.is_none() || !hints.cframes.contains(&cframe) {
+                hints.cframes.retain(|&c| c != cframe);
+                hints.cframes.insert(0, cframe);
+                hints.cframes.truncate(CFRAMES);
+            }
+            match found {
                 Some((c, top)) => {
                     named = Some(c);
                     top
                 }
                 None => {
-                    hints.cframes.retain(|&c| c != cframe);
-                    hints.cframes.insert(0, cframe);
-                    hints.cframes.truncate(CFRAMES);
                     named = Some(cframe);
                     t.mem.u64(cframe + off)?
                 }
@@ -81,7 +86,7 @@ fn walk_once(t: &Target, walks: &mut Walks, tstate: u64, last_resort: bool, stil
     };
     let from = if still { Top::Stopped } else { Top::Thread };
     let mut w = walk_from(t, &mut walks.codes, &snap, &hints.gens, top, size, from)?;
-    let recursion_depth = depth_at.and_then(|a| snap.frames.get(&a)).map(|b| rd_u32(b, 0) as usize);
+    let recursion_depth = depth_at.and_then(|a| snap.copy(a, 4)).map(|b| rd_u32(b, 0) as usize);
     let deep_enough = recursion_depth.is_some_and(|d| (w.chain.len()..=w.chain.len() + 1).contains(&d));
     if w.trusted && w.end == End::Root && !(deep_enough && w.last_running) {
         // A returned frame was shown, and the walk is not as deep as the
@@ -105,11 +110,12 @@ fn walk_once(t: &Target, walks: &mut Walks, tstate: u64, last_resort: bool, stil
     // lives: a walk ending at another one than the last walk's is read
     // again, and kept if the next walk ends there too (a new thread on a
     // reused state, a callback from C).
+    let heap_frames_running = live.is_some() && !still;
     let cross = |w: &Walk, root: Option<u64>| {
-        live.is_some() && !still && w.end == End::Root && root.zip(w.chain.last()).is_some_and(|(r, &l)| r != l)
+        heap_frames_running && w.end == End::Root && root.zip(w.chain.last()).is_some_and(|(r, &l)| r != l)
     };
     let last_root = hints.root;
-    if w.end == End::Root && live.is_some() && !still {
+    if w.end == End::Root && heap_frames_running {
         hints.root = w.chain.last().copied();
     }
     if cross(&w, last_root) {

@@ -1,6 +1,6 @@
 //! The snapshot: memory a walk reads in one system call before it starts.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use super::frame::LiveFlag;
 use crate::layout::Layout;
@@ -15,8 +15,9 @@ use crate::target::Target;
 /// pointer is asked before anything the thread writes (see
 /// docs/design/python-walk.md, "The snapshot").
 pub(crate) struct Snapshot {
-    /// Copies by address, of the length asked.
-    pub(crate) frames: HashMap<u64, Vec<u8>>,
+    /// The asks that were copied, (address, longest length asked), in
+    /// address order.
+    asked: Vec<(u64, usize)>,
     /// Every range copied whole, by start address: a frame that lies in
     /// one, asked for or not, was copied in the same instant as the rest.
     ranges: Vec<(u64, Vec<u8>)>,
@@ -68,7 +69,7 @@ impl Snapshot {
         // The kernel stops at the first remote iovec it cannot read: only
         // what came whole before it counts.
         let mut left = n.max(0) as u64;
-        let mut frames = HashMap::with_capacity(asks.len());
+        let mut asked: Vec<(u64, usize)> = Vec::with_capacity(asks.len());
         let mut whole = Vec::with_capacity(bufs.len());
         for (&k, b) in order.iter().zip(bufs) {
             let r = ranges[k];
@@ -77,35 +78,35 @@ impl Snapshot {
             }
             left -= r.1 - r.0;
             let from = asks.partition_point(|a| a.0 < r.0);
-            for &(a, n, _) in asks[from..].iter().take_while(|a| a.0 < r.1) {
-                let at = (a - r.0) as usize;
-                let e: &mut Vec<u8> = frames.entry(a).or_default();
-                if n > e.len() {
-                    *e = b[at..at + n].to_vec();
-                }
-            }
+            asked.extend(asks[from..].iter().take_while(|a| a.0 < r.1).map(|a| (a.0, a.1)));
             whole.push((r.0, b));
         }
+        // Asks of one address sort by length: the last is the longest.
+        asked.sort_unstable();
+        asked.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                kept.1 = kept.1.max(later.1);
+            }
+            same
+        });
         whole.sort_unstable_by_key(|w| w.0);
-        Snapshot { frames, ranges: whole }
+        Snapshot { asked, ranges: whole }
     }
 
-    /// The `len` bytes at `addr`, if asked for or copied in a range (a
-    /// frame pushed where the thread's earlier walks had none, between
+    /// The `len` bytes at `addr`, if copied: asked for, or inside a range
+    /// (a frame pushed where the thread's earlier walks had none, between
     /// frames they had).
     pub(crate) fn copy(&self, addr: u64, len: usize) -> Option<&[u8]> {
-        if let Some(b) = self.frames.get(&addr).filter(|b| b.len() >= len) {
-            return Some(b);
-        }
         let i = self.ranges.partition_point(|r| r.0 <= addr).checked_sub(1)?;
         let (start, b) = &self.ranges[i];
         let at = usize::try_from(addr - start).ok()?;
         b.get(at..at.checked_add(len)?)
     }
 
-    /// The pointer at `addr`, if it was asked for (or lies in what was).
+    /// The pointer at `addr`, if it was copied.
     pub(crate) fn u64(&self, addr: u64) -> Option<u64> {
-        self.frames.get(&addr).filter(|b| b.len() >= 8).map(|b| rd_u64(b, 0))
+        self.copy(addr, 8).map(|b| rd_u64(b, 0))
     }
 
     /// Candidate innermost frames of the snapshot itself: running frames
@@ -115,10 +116,11 @@ impl Snapshot {
     /// snapshot was copied leaves more than one.
     pub(crate) fn own_tops(&self, l: &Layout, live: LiveFlag) -> Vec<u64> {
         let running: Vec<(u64, u64)> = self
-            .frames
+            .asked
             .iter()
+            .filter_map(|&(a, n)| Some((a, self.copy(a, n)?)))
             .filter(|(_, b)| b.len() > live.0 && b.len() >= l.frame_previous as usize + 8 && live.1(b[live.0]))
-            .map(|(a, b)| (*a, rd_u64(b, l.frame_previous as usize)))
+            .map(|(a, b)| (a, rd_u64(b, l.frame_previous as usize)))
             .collect();
         let callers: HashSet<u64> = running.iter().map(|r| r.1).collect();
         running.iter().filter(|r| !callers.contains(&r.0)).map(|r| r.0).collect()
@@ -131,11 +133,9 @@ mod tests {
 
     #[test]
     fn copy_finds_bytes_inside_a_range_only() {
-        let snap = Snapshot {
-            frames: HashMap::from([(0x1010, vec![7; 8])]),
-            ranges: vec![(0x1000, (0..64).collect()), (0x2000, vec![9; 16])],
-        };
-        assert_eq!(snap.copy(0x1010, 8), Some(&[7u8; 8][..]));
+        let snap =
+            Snapshot { asked: vec![(0x1010, 8)], ranges: vec![(0x1000, (0..64).collect()), (0x2000, vec![9; 16])] };
+        assert_eq!(snap.copy(0x1010, 8), Some(&[16u8, 17, 18, 19, 20, 21, 22, 23][..]));
         assert_eq!(snap.copy(0x1020, 4), Some(&[32u8, 33, 34, 35][..]));
         assert_eq!(snap.copy(0x1038, 8).map(|b| b[7]), Some(63));
         // Past a range's end, before the first, between two.
