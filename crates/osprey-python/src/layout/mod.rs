@@ -156,6 +156,20 @@ pub const FRAME_OWNED_BY_CSTACK: u8 = 3;
 pub const FRAME_OWNED_BY_GENERATOR: u8 = 1;
 
 impl Layout {
+    /// The opcodes that return from a frame, with their instrumented forms
+    /// (`opcode.opmap` of each release; fixed within one). Empty before
+    /// 3.11 and for a version not listed.
+    pub fn return_opcodes(&self) -> &'static [u8] {
+        match self.minor {
+            11 => &[83],
+            12 => &[83, 121, 242, 247],
+            13 => &[36, 103, 239, 240],
+            14 => &[35, 246],
+            15 => &[33, 245],
+            _ => &[],
+        }
+    }
+
     /// Values shared by every version (the PyObject header, GIL and string
     /// fields that did not move); version-specific fields are zero.
     pub fn base(minor: u32) -> Layout {

@@ -30,6 +30,17 @@ fn zombie_slot(t: &Target, snap: &Snapshot, b: &[u8]) -> Option<u64> {
     (code != 0).then(|| snap.u64(code + off).map_or_else(|| t.mem.u64(code + off).ok(), Some))?
 }
 
+/// A generator frame met running: the caller that resumed it, and the
+/// instruction pointer of the first Python frame from that caller on (past
+/// 3.12+'s entry frames of a resume from C), which stays while the
+/// generator runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Resumed {
+    pub(crate) gen: u64,
+    pub(crate) caller: u64,
+    pub(crate) instr: Option<u64>,
+}
+
 /// How a walk ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum End {
@@ -57,7 +68,7 @@ pub(crate) struct Walk {
     /// The code object field of each frame read, innermost first.
     pub(crate) codes: Vec<u64>,
     /// Generator frames met running, and their callers.
-    pub(crate) gens: Vec<(u64, u64)>,
+    pub(crate) gens: Vec<Resumed>,
     /// A frame that was not running when copied was shown, the thread
     /// running (3.8-3.10).
     pub(crate) trusted: bool,
@@ -105,12 +116,15 @@ pub(crate) enum Top {
 /// (only them from [`Top::Snapshot`]). A generator's frame found suspended
 /// (no caller: `yield` clears it) was running when the pointer to it was
 /// read: the walk goes on from the caller it had when last seen running
-/// (`gens`), not from a new read, which would charge its consumer.
+/// (`gens`), not from a new read, which would charge its consumer. One
+/// found done (at a return instruction) whose caller is no longer at the
+/// instruction it resumed it from was named by a stale pointer: the walk
+/// is torn.
 pub(crate) fn walk_from(
     t: &Target,
     cache: &mut CodeCache,
     snap: &Snapshot,
-    gens: &[(u64, u64)],
+    gens: &[Resumed],
     top: u64,
     size: usize,
     from: Top,
@@ -148,6 +162,11 @@ pub(crate) fn walk_from(
     let mut cleared = 0;
     // The owner of the last frame read (3.11+).
     let mut last_owner = None;
+    // A generator met running whose caller's instruction is still to be
+    // read (index in `w.gens`); the instruction the next Python frame must
+    // be at, the walk having gone on from a generator found done.
+    let mut pending: Option<usize> = None;
+    let mut expect: Option<u64> = None;
     while f != 0 {
         depth += 1;
         if depth > MAX_DEPTH {
@@ -181,14 +200,26 @@ pub(crate) fn walk_from(
         last_owner = owner;
         w.codes.push(code_raw);
         w.last_running = running(&b);
+        if l.minor < 12 || owner.is_none_or(|o| o < FRAME_OWNED_BY_CSTACK) {
+            if let Some(i) = pending.take() {
+                w.gens[i].instr = Some(instr_raw);
+            }
+            if expect.take().is_some_and(|e| e != instr_raw) {
+                w.end = End::Torn;
+                break;
+            }
+        }
         // A generator's frame with no caller is suspended: the caller that
         // resumed it last, if known.
         let gen = owner == Some(FRAME_OWNED_BY_GENERATOR) || l.frame_gen.is_some_and(|o| rd_u64(&b, o as usize) != 0);
         let mut resumed_by = None;
         if gen && from == Top::Thread {
             match prev {
-                0 => resumed_by = gens.iter().find(|g| g.0 == f).map(|g| g.1),
-                _ if w.last_running => w.gens.push((f, prev)),
+                0 => resumed_by = gens.iter().find(|g| g.gen == f),
+                _ if w.last_running => {
+                    pending = Some(w.gens.len());
+                    w.gens.push(Resumed { gen: f, caller: prev, instr: None });
+                }
                 _ => {}
             }
         }
@@ -219,8 +250,8 @@ pub(crate) fn walk_from(
             }
             w.trusted |= from == Top::Thread;
         }
-        if let Some(caller) = resumed_by {
-            prev = caller;
+        if let Some(g) = resumed_by {
+            prev = g.caller;
         }
         // 3.14+: `f_executable` is a stack reference, its low bits a tag.
         let mut code = code_raw & !7;
@@ -258,14 +289,15 @@ pub(crate) fn walk_from(
             }
             Err(FrameErr::Io(e)) => return Err(e),
         };
+        let unit = |code: u64| (instr_raw as i64 - (code + l.code_code_adaptive.unwrap_or(0)) as i64) / 2;
+        if e.is_some_and(|e| e.returns_at(unit(code))) {
+            expect = resumed_by.and_then(|g| g.instr);
+        }
         if let Some(e) = e.filter(|e| !t.is_shim_code(code, &e.name, &e.file)) {
             let addr: i64 = match l.instr_kind {
                 InstrKind::LastiBytes => (instr_raw as u32 as i32) as i64,
                 InstrKind::LastiUnits => (instr_raw as u32 as i32) as i64 * 2,
-                InstrKind::Pointer => {
-                    let base = code + l.code_code_adaptive.unwrap_or(0);
-                    (instr_raw as i64 - base as i64) / 2
-                }
+                InstrKind::Pointer => unit(code),
             };
             let line = e.lines.line(addr.clamp(0, u32::MAX as i64) as u32);
             w.top_shown |= depth == 1;

@@ -31,6 +31,17 @@ pub(crate) struct CodeEntry {
     pub(crate) name: String,
     pub(crate) file: String,
     pub(crate) lines: LineRanges,
+    /// Code units holding a return opcode ([`Layout::return_opcodes`]),
+    /// ascending; inline cache units may add a few that are not
+    /// instructions.
+    returns: Box<[u32]>,
+}
+
+impl CodeEntry {
+    /// Whether the instruction at code unit `unit` returns from the frame.
+    pub(crate) fn returns_at(&self, unit: i64) -> bool {
+        u32::try_from(unit).is_ok_and(|u| self.returns.binary_search(&u).is_ok())
+    }
 }
 
 /// Code objects by address; an entry is reused only while the object at that
@@ -96,11 +107,21 @@ impl CodeCache {
                 self.map.clear();
                 self.spans.clear();
             }
+            // `ob_size`: the bytecode's length in code units (3.11+).
+            let units = rd_u64(&b, l.object_type as usize + 8).min(1 << 24);
             if let (Some(adaptive), true) = (l.code_code_adaptive, l.minor >= 14) {
-                let units = rd_u64(&b, l.object_type as usize + 8);
-                self.spans.insert(code, code + adaptive + 2 * units.min(1 << 24));
+                self.spans.insert(code, code + adaptive + 2 * units);
             }
-            self.map.insert(code, CodeEntry { key, name, file, lines });
+            let ops = l.return_opcodes();
+            // A larger one is a torn read: nothing to read for it.
+            let returns = match l.code_code_adaptive.filter(|_| !ops.is_empty() && units <= 1 << 19) {
+                Some(adaptive) => {
+                    let bytecode = t.mem.read_vec(code + adaptive, 2 * units as usize)?;
+                    (0..units as u32).filter(|&u| ops.contains(&bytecode[2 * u as usize])).collect()
+                }
+                None => Box::default(),
+            };
+            self.map.insert(code, CodeEntry { key, name, file, lines, returns });
         }
         Ok(self.map.get(&code))
     }

@@ -3,6 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::chain::Resumed;
+
 /// Cframes remembered per thread (one per call of the interpreter from C
 /// on its stack, usually a few), and moves up or down among them at most.
 pub(crate) const CFRAMES: usize = 16;
@@ -27,7 +29,7 @@ pub(crate) struct Hints {
     pub(crate) codes: Vec<u64>,
     /// Generator frames and the caller each had when last seen running
     /// (see [`super::chain::walk_from`]).
-    pub(crate) gens: Vec<(u64, u64)>,
+    pub(crate) gens: Vec<Resumed>,
     /// The outermost frame of its last walk that reached one (3.8-3.10,
     /// the thread running; see [`super::read`]).
     pub(crate) root: Option<u64>,

@@ -141,7 +141,7 @@ fn walk_once(t: &Target, walks: &mut Walks, tstate: u64, last_resort: bool, stil
     // deeper frames of a stack that was shallower just now).
     let bound = HINT_FRAMES.max(w.chain.len()).min(MAX_DEPTH);
     hints.chain = latest_first(w.chain.iter().copied(), &hints.chain, |&a| a, bound);
-    hints.gens = latest_first(w.gens.iter().copied(), &hints.gens, |g| g.0, GENS);
+    hints.gens = latest_first(w.gens.iter().copied(), &hints.gens, |g| g.gen, GENS);
     if l.code_zombieframe.is_some() {
         let codes = w.codes.iter().copied().filter(|&c| c != 0);
         hints.codes = latest_first(codes, &hints.codes, |&c| c, HINT_FRAMES);
