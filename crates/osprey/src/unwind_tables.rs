@@ -89,16 +89,24 @@ pub(crate) fn refresh(t: &mut Tracker) {
 /// the loader's generation moved. Each set is leaked (a handler may hold
 /// it); a new one is made only after a `dlopen` or `dlclose`.
 pub(crate) fn refresh_code() {
-    static SEEN: Mutex<Option<osprey_unwind::loaded::Generation>> = Mutex::new(None);
-    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    use osprey_unwind::loaded::Generation;
+    // The generation of the set published last (`u64::MAX`: none). Atomics,
+    // not a lock: a lock the parent's collector held at a `fork` stays held
+    // in the child, whose collector and exit would wait on it forever.
+    static SEEN_ADDS: AtomicU64 = AtomicU64::new(u64::MAX);
+    static SEEN_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
+    let adds = SEEN_ADDS.load(Acquire);
+    let seen = (adds != u64::MAX).then(|| Generation { adds, subs: SEEN_SUBS.load(Acquire) });
     let now = osprey_unwind::loaded::generation();
     // Without the loader's counters (an old glibc) the first set stays.
-    if !STATE.code.load(Acquire).is_null() && (now.is_none() || *seen == now) {
+    if !STATE.code.load(Acquire).is_null() && (now.is_none() || seen == now) {
         return;
     }
     let (generation, ranges) = osprey_unwind::loaded::code_ranges();
     STATE.code.store(Box::leak(Box::new(CodeRanges::new(ranges))), Release);
-    *seen = generation;
+    let g = generation.map_or((u64::MAX, 0), |g| (g.adds, g.subs));
+    SEEN_SUBS.store(g.1, Release);
+    SEEN_ADDS.store(g.0, Release);
 }
 
 /// Keeps `t` for the next start in this process.
