@@ -4,7 +4,7 @@
 //!
 //! Needs the workspace built (`cargo build --workspace`); `cargo xtask test` does it.
 
-use osprey_testkit::cc::compile_named;
+use osprey_testkit::cc::{compile_c, compile_named};
 use osprey_testkit::python::interpreter;
 use osprey_testkit::run::output_within;
 use osprey_testkit::{osprey, tempdir};
@@ -86,6 +86,27 @@ fn exec_while_sampling_never_kills_the_new_program() {
     eprintln!("exec at 10 kHz from a 200 MB parent: {execs} execs, {deaths} deaths");
     assert!(execs >= total.parse().unwrap());
     assert_eq!((deaths, failures), (0, 0), "{stderr}");
+}
+
+/// Children forked while the collector is busy (the loaded code changing on
+/// every pass, samples to drain) and exiting at once all end: a lock held
+/// by the parent's collector at the fork must not be waited on in the child
+/// (its holder does not exist there). With and without `--children`.
+#[test]
+fn children_forked_while_the_collector_works_all_exit() {
+    let dir = tempdir("fork-exit");
+    let prog = compile_c(&Path::new(C_DIR).join("fork_exit.c"), &dir.join("fork_exit"), &["-ldl", "-lpthread"]);
+    let n = if ci() { "1500" } else { "3000" };
+    for flags in [&["--children"][..], &[]] {
+        let out = dir.join(format!("profiles{}", flags.len()));
+        let mut args = vec!["exec", "--hz", "1000", "--out", out.to_str().unwrap()];
+        args.extend(flags);
+        args.extend(["--", prog.to_str().unwrap(), n]);
+        let (st, stdout, stderr, _) = run_limited(&args, Duration::from_secs(600));
+        assert!(st.success(), "{flags:?}: {st:?}\n{stdout}\n{stderr}");
+        assert_eq!(figure(&stdout, "forked"), n.parse::<u64>().unwrap(), "{flags:?}: {stdout}");
+        assert_eq!((figure(&stdout, "hung"), figure(&stdout, "bad")), (0, 0), "{flags:?}: {stdout}\n{stderr}");
+    }
 }
 
 /// posix_spawn, system and popen children are new tasks without osprey's

@@ -7,6 +7,8 @@
 //!   debug file, by build id) into a compact [`Table`].
 //! - [`loaded`]: this process's objects (`dl_iterate_phdr`) and another
 //!   process's executable mappings (`/proc/<pid>/maps`).
+//! - [`loader_lock`]: keeps those `dl_iterate_phdr` calls and `fork` apart
+//!   (the agent's fork hooks call it).
 //! - [`scan::Tracker`]: on the agent thread, finds loaded modules with
 //!   [`loaded`], notices `dlopen`/`dlclose` by the loader's
 //!   generation counters, and publishes an immutable [`ModuleSet`] through
@@ -129,6 +131,7 @@ pub mod cache;
 pub mod compile;
 pub mod error;
 pub mod loaded;
+pub mod loader_lock;
 mod mapped;
 pub mod modules;
 pub mod publish;

@@ -62,8 +62,11 @@ impl Object<'_> {
 }
 
 /// Calls `f` with each loaded object, in the loader's order, until it
-/// returns false. Takes the loader's lock: `f` must not `dlopen`.
+/// returns false. Takes the loader's lock: `f` must not `dlopen`. Calls `f`
+/// for none in a forked child whose loader lock came held (see
+/// [`crate::loader_lock`]).
 pub fn each_object(mut f: impl FnMut(&Object<'_>) -> bool) {
+    let Some(_call) = crate::loader_lock::Call::enter() else { return };
     unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `data` is the `&mut dyn FnMut` passed to dl_iterate_phdr
         // below, and `info` is valid for the callback's duration (loader's

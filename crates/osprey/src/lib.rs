@@ -49,6 +49,7 @@ mod discovery;
 mod dispositions;
 mod error;
 mod exec_guard;
+mod fork_lock;
 mod mmap;
 mod ownership;
 mod profiler;

@@ -9,6 +9,7 @@ use crate::collector::{self, Agent, Control};
 use crate::config::Config;
 use crate::dispositions::{self, Installed};
 use crate::error::Error;
+use crate::fork_lock::ForkLock;
 use crate::ownership::{self, owns_process};
 use crate::registry::{Registry, RegistryConfig};
 use crate::signal::{self, sys, MAX_FRAMES, STATE};
@@ -264,7 +265,9 @@ impl Drop for ThreadRegistration {
 
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
 static STORAGE: AtomicPtr<CallTraceStorage> = AtomicPtr::new(core::ptr::null_mut());
-static START_LOCK: Mutex<()> = Mutex::new(());
+/// Serialises start and stop. A [`ForkLock`]: a child forked while a
+/// parent thread started or stopped the agent does not wait on it forever.
+static START_LOCK: ForkLock<()> = ForkLock::new(());
 static FORK_HOOK: std::sync::Once = std::sync::Once::new();
 fn current_agent() -> Option<&'static Agent> {
     // SAFETY: agents are leaked (never freed), see `stop`.
@@ -284,7 +287,7 @@ pub fn runtime_id() -> Option<String> {
 fn start(cfg: Config) -> Result<Profiler, Error> {
     crate::stderr::open();
     cfg.validate()?;
-    let _g = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = START_LOCK.lock();
     if current_agent().is_some() {
         return Err(Error::AlreadyRunning);
     }
@@ -326,7 +329,7 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
     shutdown::install();
     FORK_HOOK.call_once(|| {
         // SAFETY: registering plain extern "C" callbacks.
-        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_child)) };
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child)) };
     });
     Ok(Profiler { stopped: false })
 }
@@ -410,7 +413,7 @@ fn stop(ending: Ending) -> Vec<PathBuf> {
     if !owns_process() {
         return vec![];
     }
-    let _g = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = START_LOCK.lock();
     let Some(agent) = current_agent() else { return vec![] };
     let Some(reg) = Registry::get() else { return vec![] };
     // 0. The stopping thread's CPU since its last sample (at `exit`, the
@@ -433,7 +436,15 @@ fn stop(ending: Ending) -> Vec<PathBuf> {
         collector::wake();
     }
     if let Some(h) = agent.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        let _ = h.join();
+        let limit = COLLECTOR_END + agent.cfg.upload.as_ref().map_or(Duration::ZERO, |u| u.exit_wait);
+        if collector_ended_within(agent, limit) {
+            let _ = h.join();
+        } else {
+            crate::say!(
+                "osprey: the collector did not finish within {} s; stopping without this process's last profile",
+                limit.as_secs()
+            );
+        }
     }
     // 4. Restore dispositions unless a signal is still pending somewhere.
     shutdown::uninstall();
@@ -450,17 +461,44 @@ fn stop(ending: Ending) -> Vec<PathBuf> {
     files
 }
 
+/// How long a stop waits for the collector's last profile, beyond the
+/// backends' exit wait: far more than it takes, short of a hang.
+const COLLECTOR_END: Duration = Duration::from_secs(30);
+
+/// Waits up to `limit` for `agent`'s collector thread to finish. A collector
+/// stuck for good (a bug: a lock copied held by a `fork`) does not hold
+/// the program's `exit` forever.
+fn collector_ended_within(agent: &Agent, limit: Duration) -> bool {
+    let (lock, cv) = &*agent.control;
+    let deadline = std::time::Instant::now() + limit;
+    let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+    while !g.ended {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        g = cv.wait_timeout(g, left).unwrap_or_else(|e| e.into_inner()).0;
+    }
+    true
+}
+
 /// The thread that is forking (set in the parent just before `fork`).
 static FORKING_TID: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn before_fork() {
     FORKING_TID.store(sys::gettid(), Relaxed);
+    osprey_unwind::loader_lock::fork_prepare();
+}
+
+extern "C" fn after_fork_parent() {
+    osprey_unwind::loader_lock::fork_parent();
 }
 
 /// In a forked child: the registry is reduced to the one thread that exists,
 /// the parent's buffered samples are discarded (the parent reports them), and
 /// profiling continues with a new agent thread (or stops if configured so).
 extern "C" fn after_fork_child() {
+    osprey_unwind::loader_lock::fork_child();
     collector::forget_inherited_own();
     collector::own_setup(continue_in_child);
 }

@@ -16,10 +16,10 @@
 //! `crate::threads::spawn_internal`), so the handler never runs on the
 //! thread it waits for.
 
+use crate::fork_lock::ForkLock;
 use crate::signal::shutdown::{futex_wake, on_sigio, on_terminate, FLUSH_WAIT_NS, SHUTDOWN};
 use crate::signal::sys;
 use std::sync::atomic::Ordering::*;
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// The termination signals osprey writes a last profile for.
@@ -29,13 +29,13 @@ pub const SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 const RETIRE: u32 = u32::MAX;
 
 /// Dispositions replaced by osprey: (signal, previous).
-static REPLACED: Mutex<Vec<(i32, libc::sigaction)>> = Mutex::new(Vec::new());
+static REPLACED: ForkLock<Vec<(i32, libc::sigaction)>> = ForkLock::new(Vec::new());
 
 /// Installs the termination handler for each of [`SIGNALS`] whose
 /// disposition is the default (never over the program's handler or SIG_IGN),
 /// and makes this process's collector the one that serves its requests.
 pub(crate) fn install() {
-    let mut replaced = REPLACED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut replaced = REPLACED.lock();
     // SIGIO over SIG_DFL: a perf clock's signal that found the queue full
     // arrives as SIGIO, which must not end the program (`on_sigio`).
     // SAFETY: querying then setting a disposition with valid structs.
@@ -100,7 +100,7 @@ pub(crate) fn request_served() {
 /// At stop: the program's dispositions come back where osprey's handler is
 /// still installed, and a handler still waiting goes on.
 pub(crate) fn uninstall() {
-    for (sig, previous) in REPLACED.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+    for (sig, previous) in REPLACED.lock().drain(..) {
         // SAFETY: querying, then restoring the saved disposition.
         unsafe {
             let mut cur: libc::sigaction = core::mem::zeroed();

@@ -24,12 +24,15 @@ use crate::signal::STATE;
 use osprey_unwind::compile::DEBUG_ROOT;
 use osprey_unwind::scan::Tracker;
 use std::sync::atomic::{
-    AtomicU64,
-    Ordering::{Acquire, Release},
+    AtomicPtr, AtomicU64,
+    Ordering::{AcqRel, Acquire, Release},
 };
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-static PARKED: Mutex<Option<Tracker>> = Mutex::new(None);
+/// The tracker a stop parked (a leaked `Box`, null: none). A pointer swapped
+/// whole, not a lock: a lock the parent's collector held at a `fork` stays
+/// held in the child, whose collector parks at its end.
+static PARKED: AtomicPtr<Tracker> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Milliseconds a new agent waits before compiling tables (0: at start).
 static DEFER_MS: AtomicU64 = AtomicU64::new(0);
@@ -50,7 +53,12 @@ pub(crate) fn deferred() -> std::time::Duration {
 /// The tracker for a new agent: the parked one, else a new one; refreshed and
 /// published to the handler. `None` when deferred (see [`defer`]).
 pub(crate) fn start() -> Option<Tracker> {
-    let parked = PARKED.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if !osprey_unwind::loader_lock::usable() {
+        return None;
+    }
+    let p = PARKED.swap(core::ptr::null_mut(), AcqRel);
+    // SAFETY: a non-null `PARKED` is a `Box` leaked by `park`, taken once by the swap.
+    let parked = (!p.is_null()).then(|| *unsafe { Box::from_raw(p) });
     if parked.is_none() && !deferred().is_zero() {
         refresh_code();
         return None;
@@ -68,17 +76,24 @@ fn new_tracker() -> Tracker {
     Tracker::new(Some(DEBUG_ROOT.into())).with_cache(osprey_unwind::cache::Cache::open_default())
 }
 
-/// A new tracker (after fork), refreshed and published to the handler.
-pub(crate) fn fresh() -> Tracker {
+/// A new tracker (after fork), refreshed and published to the handler;
+/// `None` where the loader cannot be asked (the tables published stay).
+pub(crate) fn fresh() -> Option<Tracker> {
+    if !osprey_unwind::loader_lock::usable() {
+        return None;
+    }
     let mut t = new_tracker();
     refresh(&mut t);
     publish(&t);
-    t
+    Some(t)
 }
 
 /// Compiles tables for modules loaded since the last call and publishes the
 /// new set; cheap when the loader's generation did not move.
 pub(crate) fn refresh(t: &mut Tracker) {
+    if !osprey_unwind::loader_lock::usable() {
+        return;
+    }
     for e in t.refresh().errors {
         crate::say!("osprey: no unwind tables for {e}; its frames end truncated");
     }
@@ -95,6 +110,10 @@ pub(crate) fn refresh_code() {
     // in the child, whose collector and exit would wait on it forever.
     static SEEN_ADDS: AtomicU64 = AtomicU64::new(u64::MAX);
     static SEEN_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
+    // A forked child whose loader lock came held keeps what it inherited.
+    if !osprey_unwind::loader_lock::usable() {
+        return;
+    }
     let adds = SEEN_ADDS.load(Acquire);
     let seen = (adds != u64::MAX).then(|| Generation { adds, subs: SEEN_SUBS.load(Acquire) });
     let now = osprey_unwind::loaded::generation();
@@ -111,7 +130,11 @@ pub(crate) fn refresh_code() {
 
 /// Keeps `t` for the next start in this process.
 pub(crate) fn park(t: Tracker) {
-    *PARKED.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    let old = PARKED.swap(Box::into_raw(Box::new(t)), AcqRel);
+    if !old.is_null() {
+        // SAFETY: as in `start`: a leaked `Box`, now ours alone.
+        drop(unsafe { Box::from_raw(old) });
+    }
 }
 
 /// Points the handler at `t`'s shared set. The `Arc` is leaked: a handler may

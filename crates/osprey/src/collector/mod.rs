@@ -44,6 +44,8 @@ pub(crate) struct Control {
     pub last_file: Option<PathBuf>,
     /// Every file written so far.
     pub files: Vec<PathBuf>,
+    /// Set when the collector thread has finished.
+    pub ended: bool,
 }
 
 /// A running agent: its configuration and its collector thread. Leaked when
@@ -65,7 +67,12 @@ pub(crate) struct Agent {
 /// Starts the collector thread of `agent`; returns once it has registered
 /// itself as internal (never primed, never sampled).
 pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
-    let h = threads::spawn_internal("osprey-collect", move || run(agent))?;
+    let h = threads::spawn_internal("osprey-collect", move || {
+        run(agent);
+        let (lock, cv) = &*agent.control;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
+        cv.notify_all();
+    })?;
     *agent.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
     Ok(())
 }
@@ -123,7 +130,7 @@ fn run(agent: &'static Agent) {
         let seq = SHUTDOWN.wake.load(std::sync::atomic::Ordering::Acquire);
         match &mut tables {
             Some(t) => unwind_tables::refresh(t),
-            None if born.elapsed() >= agent.tables_after => tables = Some(unwind_tables::fresh()),
+            None if born.elapsed() >= agent.tables_after => tables = unwind_tables::fresh(),
             None => unwind_tables::refresh_code(),
         }
         if publish_context_after.is_some_and(|after| born.elapsed() >= after) {

@@ -16,7 +16,7 @@
 use super::TAG_SLOTS;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 
 /// Distinct tag values kept; later new values share [`OVERFLOW_VALUE_ID`].
 pub const MAX_TAG_VALUES: usize = 1 << 16;
@@ -50,6 +50,12 @@ static BYTES: [AtomicPtr<Chunk>; MAX_TAG_VALUES / CHUNK] =
 
 static TABLES: LazyLock<Mutex<Tables>> =
     LazyLock::new(|| Mutex::new(Tables { keys: Vec::new(), ids: HashMap::new(), values: Vec::new() }));
+/// Each slot's key name, set under the tables lock when registered: the
+/// exporter reads names without the lock, which a thread of the parent may
+/// have held at a `fork` (it stays held in the child, where that thread does
+/// not exist).
+static KEY_NAMES: [OnceLock<&'static str>; TAG_SLOTS] = [const { OnceLock::new() }; TAG_SLOTS];
+
 static OVERFLOWED: AtomicU64 = AtomicU64::new(0);
 
 fn tables() -> MutexGuard<'static, Tables> {
@@ -73,6 +79,7 @@ pub fn tag_key(name: &str) -> Option<usize> {
     }
     t.keys.push(name.into());
     let slot = t.keys.len() - 1;
+    let _ = KEY_NAMES[slot].set(Box::leak(name.into()));
     drop(t);
     // The OTEP attribute key map names slots: readers learn the new one.
     super::process_ctx::keys_changed();
@@ -89,9 +96,9 @@ pub fn find_tag_key(name: &str) -> Option<usize> {
     tables().keys.iter().position(|k| &**k == name)
 }
 
-/// Name of the key in `slot`, if registered. For the exporter.
+/// Name of the key in `slot`, if registered. For the exporter: no lock.
 pub fn tag_key_name(slot: usize) -> Option<String> {
-    tables().keys.get(slot).map(|k| k.to_string())
+    KEY_NAMES.get(slot)?.get().map(|k| k.to_string())
 }
 
 /// Id of `value`, interning it on first use. Never 0.
@@ -150,13 +157,10 @@ pub fn value_bytes(id: u32) -> Option<&'static [u8]> {
     (!p.is_null()).then(|| unsafe { core::slice::from_raw_parts(p, n.load(Relaxed)) })
 }
 
-/// String of value `id` (`None` for 0 or an id never handed out). For the exporter.
+/// String of value `id` (`None` for 0 or an id never handed out). For the
+/// exporter: no lock (see [`value_bytes`]).
 pub fn tag_value(id: u32) -> Option<String> {
-    if id == OVERFLOW_VALUE_ID {
-        return Some(OVERFLOW_VALUE.to_string());
-    }
-    let i = (id as usize).checked_sub(1)?;
-    tables().values.get(i).map(|v| v.to_string())
+    value_bytes(id).map(|b| String::from_utf8_lossy(b).into_owned())
 }
 
 /// How many times a new value was mapped to [`OVERFLOW_VALUE_ID`].

@@ -3,16 +3,19 @@
 //! memory, allocates, takes the init lock: never called from a handler.
 
 use super::{Registry, RegistryConfig, GLOBAL, INIT_LOCK, MAX_SEGMENTS, RETIRED_RING};
+use crate::fork_lock::ForkLock;
 use crate::mmap::map_zeroed;
 use crate::record::{Record, RecordState};
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::Mutex;
 
 /// The highest `/proc/sys/kernel/pid_max` the kernel accepts (64-bit).
 const PID_MAX_LIMIT: usize = 4_194_304;
 
-/// Serialises growth of the pool (see `add_segment_locked`).
-static GROW_LOCK: Mutex<()> = Mutex::new(());
+/// Held while a thread grows the pool: growth is serialised (see
+/// `add_segment_locked`). Its data is nothing; a growth a `fork` interrupted
+/// leaves at worst a segment mapped but not counted (leaked) or records not
+/// yet on the free list (never used): nothing is handed out twice.
+static GROWING: ForkLock<()> = ForkLock::new(());
 
 impl Registry {
     /// The process registry, created with `cfg` if it does not exist yet (the
@@ -69,11 +72,11 @@ impl Registry {
     /// Not signal-safe; called at creation, by the collector when low, and
     /// by threads registering themselves when the pool is empty.
     pub fn add_segment(&self) -> std::io::Result<bool> {
-        let _g = GROW_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = GROWING.lock();
         self.add_segment_locked()
     }
 
-    /// [`Registry::add_segment`] with `GROW_LOCK` held: growth is serialised,
+    /// [`Registry::add_segment`] with [`GROWING`] set: growth is serialised,
     /// so two growers never map the same segment slot (which would lose one
     /// mapping and put the same record indices on the free list twice).
     fn add_segment_locked(&self) -> std::io::Result<bool> {
@@ -95,7 +98,10 @@ impl Registry {
     /// Adds a segment if fewer than a quarter of the records are free and growth is allowed.
     pub fn grow_if_low(&self) {
         if self.growable && self.free_count.load(Relaxed) * 4 < self.segment_len {
-            let _ = self.add_segment();
+            // Another thread growing it now is as good.
+            if let Some(_g) = GROWING.try_lock() {
+                let _ = self.add_segment_locked();
+            }
         }
     }
 
@@ -104,7 +110,7 @@ impl Registry {
         if !self.growable {
             return false;
         }
-        let _g = GROW_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = GROWING.lock();
         // Another thread may have grown the pool while this one waited.
         self.free_count() > 0 || self.add_segment_locked().unwrap_or(false)
     }
