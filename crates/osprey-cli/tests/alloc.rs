@@ -10,7 +10,7 @@
 use osprey_pprof::pprof::Profile;
 use osprey_testkit::cc::Cc;
 use osprey_testkit::profile::expect_profiles;
-use osprey_testkit::run::{output_within, serial};
+use osprey_testkit::run::{median, output_within, serial};
 use osprey_testkit::{osprey, tempdir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -255,11 +255,6 @@ fn overhead_of_alloc_profiling() {
         let mut c = Command::new(osprey());
         c.args(["exec", "--out", dir.to_str().unwrap()]).args(flags).arg("--").arg(&bin).args(["bench", n]);
         c
-    };
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
     };
     // Per round: [plain, cpu only, fast path, alloc] in ns. Nine rounds; while
     // the bounds fail, six more, twice at most.

@@ -14,6 +14,7 @@
 //!
 //! `cargo bench -p osprey-demo --bench overhead`
 
+use osprey_testkit::run::median;
 use std::process::Command;
 use std::time::Instant;
 
@@ -128,11 +129,6 @@ fn spawn(mode: &str, hz: u32) -> Run {
     Run { work_cpu_s: v[0], samples: v[1], hwm_kib: v[2], report_ms: v[3] }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--child") {
@@ -152,14 +148,14 @@ fn main() {
                 runs.entry(mode).or_default().push(spawn(mode, hz));
             }
         }
-        let base_cpu = median(runs["none"].iter().map(|r| r.work_cpu_s).collect());
-        let base_rss = median(runs["none"].iter().map(|r| r.hwm_kib).collect());
+        let base_cpu = median(&runs["none"].iter().map(|r| r.work_cpu_s).collect::<Vec<_>>());
+        let base_rss = median(&runs["none"].iter().map(|r| r.hwm_kib).collect::<Vec<_>>());
         for mode in ["signals", "osprey", "pprof"] {
             let rs = &runs[mode];
-            let cpu = median(rs.iter().map(|r| r.work_cpu_s).collect());
-            let delivered = median(rs.iter().map(|r| r.samples / (r.work_cpu_s * hz as f64)).collect());
-            let rss = median(rs.iter().map(|r| r.hwm_kib).collect()) - base_rss;
-            let write = median(rs.iter().map(|r| r.report_ms).collect());
+            let cpu = median(&rs.iter().map(|r| r.work_cpu_s).collect::<Vec<_>>());
+            let delivered = median(&rs.iter().map(|r| r.samples / (r.work_cpu_s * hz as f64)).collect::<Vec<_>>());
+            let rss = median(&rs.iter().map(|r| r.hwm_kib).collect::<Vec<_>>()) - base_rss;
+            let write = median(&rs.iter().map(|r| r.report_ms).collect::<Vec<_>>());
             let name = match mode {
                 "pprof" => "pprof-rs 0.15",
                 "signals" => "signals only (same clocks, counting handler)",

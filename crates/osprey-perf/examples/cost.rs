@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use osprey_perf::{ProcessSampler, Unwinder};
+use osprey_testkit::run::median;
 
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -116,11 +117,6 @@ fn stack_bytes() -> u32 {
     std::env::var("STACK_BYTES").ok().and_then(|s| s.parse().ok()).unwrap_or(16 << 10)
 }
 
-fn median(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    v[v.len() / 2]
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let rounds = args.first().cloned().unwrap_or_else(|| "40000".into());
@@ -144,8 +140,8 @@ fn main() {
             by_rate[i].1.push(ours);
         }
     }
-    let total = |v: &[Cpu]| median(v.iter().map(|c| c.0 + c.1).collect());
-    let sys = |v: &[Cpu]| median(v.iter().map(|c| c.1).collect());
+    let total = |v: &[Cpu]| median(&v.iter().map(|c| c.0 + c.1).collect::<Vec<_>>());
+    let sys = |v: &[Cpu]| median(&v.iter().map(|c| c.1).collect::<Vec<_>>());
     let b = total(&base);
     println!("| off | {:.1} | {:.1} | 1.000 | - | - | - | - | - | - |", b as f64 / 1e6, sys(&base) as f64 / 1e6);
     for (hz, (cpus, ours)) in rates.iter().zip(by_rate) {
@@ -162,7 +158,7 @@ fn main() {
             per(|o| o.thread_ns),
             per(|o| o.unwind_ns),
             100.0 * ours.iter().map(|o| o.complete).sum::<u64>() as f64 / samples.max(1) as f64,
-            median(ours.iter().map(|o| o.new_ns).collect()) as f64 / 1e6,
+            median(&ours.iter().map(|o| o.new_ns).collect::<Vec<_>>()) as f64 / 1e6,
         );
     }
     let _ = std::fs::remove_file(&bin);

@@ -1,6 +1,7 @@
 //! Running children and measuring CPU: the child's own CPU time from
 //! `wait4`, a deadline on a child that may hang, the calling thread's CPU
-//! clock, and the lock that keeps measuring tests apart.
+//! clock, the lock that keeps measuring tests apart, and the median that
+//! measurements are compared by.
 
 use osprey_pprof::pprof::Profile;
 use std::io::Read;
@@ -132,4 +133,12 @@ pub fn rerun_on_noise<T>(runs: usize, mut check: impl FnMut(bool) -> Option<T>) 
         }
     }
     check(true).expect("the last run asserts instead of returning None")
+}
+
+/// The median of `v` (the upper one of an even count). Panics when `v` is
+/// empty or holds a NaN.
+pub fn median<T: Copy + PartialOrd>(v: &[T]) -> T {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    v[v.len() / 2]
 }

@@ -219,7 +219,10 @@ pub fn attach_with_sink(
     if let Some(e) = &sampler.disc.last_ptrace_error {
         summary
             .warnings
-            .push(format!("{} ptrace failures (last: {e}); fell back to the thread lists", sampler.disc.ptrace_errors));
+            .push(format!(
+                "{} threads' thread-local state could not be read with ptrace (last: {e}); their Python stacks were matched through the interpreter's thread list instead",
+                sampler.disc.ptrace_errors
+            ));
     }
     Ok(summary)
 }

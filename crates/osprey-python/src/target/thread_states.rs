@@ -133,7 +133,8 @@ impl ThreadStateMap {
             Ok(v) => Some(v),
             Err(e) => {
                 self.ptrace_errors += 1;
-                self.last_ptrace_error = Some(format!("ptrace thread {tid}: {e}"));
+                let by = tracer_of(tid).map(|p| format!(", traced by pid {p} (a debugger or another profiler)"));
+                self.last_ptrace_error = Some(format!("thread {tid}: {e}{}", by.unwrap_or_default()));
                 None
             }
         };
@@ -318,4 +319,12 @@ pub fn tls_var_addr(t: &Target, acc: TlsAccess, fs: u64) -> io::Result<u64> {
             block.wrapping_add(offset).wrapping_add(add as u64)
         }
     })
+}
+
+/// The process tracing thread `tid`, if another one does (`TracerPid`).
+fn tracer_of(tid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let pid: i32 = status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?.trim().parse().ok()?;
+    // SAFETY: a plain id query.
+    (pid != 0 && pid != unsafe { libc::getpid() }).then_some(pid)
 }

@@ -290,9 +290,7 @@ pub(crate) fn walk_from(
             Err(FrameErr::Io(e)) => return Err(e),
         };
         let unit = |code: u64| (instr_raw as i64 - (code + l.code_code_adaptive.unwrap_or(0)) as i64) / 2;
-        if e.is_some_and(|e| e.returns_at(unit(code))) {
-            expect = resumed_by.and_then(|g| g.instr);
-        }
+        let found = e.is_some();
         if let Some(e) = e.filter(|e| !t.is_shim_code(code, &e.name, &e.file)) {
             let addr: i64 = match l.instr_kind {
                 InstrKind::LastiBytes => (instr_raw as u32 as i32) as i64,
@@ -305,6 +303,17 @@ pub(crate) fn walk_from(
         }
         if closes {
             w.evals.close(w.frames.len());
+        }
+        if let Some(want) = resumed_by.and_then(|g| g.instr).filter(|_| found) {
+            match cache.returns_at(t, code, unit(code)) {
+                Ok(true) => expect = Some(want),
+                Ok(false) => {}
+                Err(FrameErr::Torn) => {
+                    w.end = End::Torn;
+                    break;
+                }
+                Err(FrameErr::Io(e)) => return Err(e),
+            }
         }
     }
     if w.end == End::Root && !can_be_outermost(l, last_owner) {

@@ -31,17 +31,13 @@ pub(crate) struct CodeEntry {
     pub(crate) name: String,
     pub(crate) file: String,
     pub(crate) lines: LineRanges,
+    /// The bytecode's length in code units (3.11+: `ob_size`).
+    units: u64,
     /// Code units holding a return opcode ([`Layout::return_opcodes`]),
     /// ascending; inline cache units may add a few that are not
-    /// instructions.
-    returns: Box<[u32]>,
-}
-
-impl CodeEntry {
-    /// Whether the instruction at code unit `unit` returns from the frame.
-    pub(crate) fn returns_at(&self, unit: i64) -> bool {
-        u32::try_from(unit).is_ok_and(|u| self.returns.binary_search(&u).is_ok())
-    }
+    /// instructions. Read at the first [`CodeCache::returns_at`]: only
+    /// walks through a generator ask.
+    returns: Option<Box<[u32]>>,
 }
 
 /// Code objects by address; an entry is reused only while the object at that
@@ -112,18 +108,29 @@ impl CodeCache {
             if let (Some(adaptive), true) = (l.code_code_adaptive, l.minor >= 14) {
                 self.spans.insert(code, code + adaptive + 2 * units);
             }
-            let ops = l.return_opcodes();
-            // A larger one is a torn read: nothing to read for it.
-            let returns = match l.code_code_adaptive.filter(|_| !ops.is_empty() && units <= 1 << 19) {
-                Some(adaptive) => {
-                    let bytecode = t.mem.read_vec(code + adaptive, 2 * units as usize)?;
-                    (0..units as u32).filter(|&u| ops.contains(&bytecode[2 * u as usize])).collect()
-                }
-                None => Box::default(),
-            };
-            self.map.insert(code, CodeEntry { key, name, file, lines, returns });
+            self.map.insert(code, CodeEntry { key, name, file, lines, units, returns: None });
         }
         Ok(self.map.get(&code))
+    }
+
+    /// Whether the instruction at code unit `unit` of the cached code object
+    /// at `code` returns from its frame; its bytecode is read the first time.
+    pub(crate) fn returns_at(&mut self, t: &Target, code: u64, unit: i64) -> Result<bool, FrameErr> {
+        let l = &t.layout;
+        let Some(e) = self.map.get_mut(&code) else { return Ok(false) };
+        if e.returns.is_none() {
+            let ops = l.return_opcodes();
+            // A larger one is a torn read: nothing to read for it.
+            e.returns = Some(match l.code_code_adaptive.filter(|_| !ops.is_empty() && e.units <= 1 << 19) {
+                Some(adaptive) => {
+                    let bytecode = t.mem.read_vec(code + adaptive, 2 * e.units as usize)?;
+                    (0..e.units as u32).filter(|&u| ops.contains(&bytecode[2 * u as usize])).collect()
+                }
+                None => Box::default(),
+            });
+        }
+        let returns = e.returns.as_deref().unwrap_or_default();
+        Ok(u32::try_from(unit).is_ok_and(|u| returns.binary_search(&u).is_ok()))
     }
 
     /// The cached code object whose bytecode holds `instr` (3.14+).
