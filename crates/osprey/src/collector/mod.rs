@@ -67,11 +67,18 @@ pub(crate) struct Agent {
 /// Starts the collector thread of `agent`; returns once it has registered
 /// itself as internal (never primed, never sampled).
 pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
+    /// Marks the collector ended when dropped: also if `run` panics.
+    struct Ended(&'static Agent);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            let (lock, cv) = &*self.0.control;
+            lock.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
+            cv.notify_all();
+        }
+    }
     let h = threads::spawn_internal("osprey-collect", move || {
+        let _ended = Ended(agent);
         run(agent);
-        let (lock, cv) = &*agent.control;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
-        cv.notify_all();
     })?;
     *agent.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
     Ok(())
