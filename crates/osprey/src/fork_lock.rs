@@ -94,7 +94,7 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 
-    /// Excludes within a process: two threads adding under the lock lose no update.
+    /// Excludes within a process: four threads adding under the lock lose no update.
     #[test]
     fn excludes_threads() {
         static L: ForkLock<u64> = ForkLock::new(0);

@@ -31,7 +31,6 @@ pub const OVERFLOW_VALUE: &str = "osprey:overflow";
 pub const MAX_KEY_LEN: usize = 128;
 
 struct Tables {
-    keys: Vec<Box<str>>,
     ids: HashMap<&'static str, u32>,
     /// `values[id - 1]` is the string of `id` (leaked: ids live forever).
     values: Vec<&'static str>,
@@ -49,11 +48,11 @@ static BYTES: [AtomicPtr<Chunk>; MAX_TAG_VALUES / CHUNK] =
     [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_TAG_VALUES / CHUNK];
 
 static TABLES: LazyLock<Mutex<Tables>> =
-    LazyLock::new(|| Mutex::new(Tables { keys: Vec::new(), ids: HashMap::new(), values: Vec::new() }));
-/// Each slot's key name, set under the tables lock when registered: the
-/// exporter reads names without the lock, which a thread of the parent may
-/// have held at a `fork` (it stays held in the child, where that thread does
-/// not exist).
+    LazyLock::new(|| Mutex::new(Tables { ids: HashMap::new(), values: Vec::new() }));
+/// Each slot's key name, slots taken in order, set under the tables lock
+/// (which serialises registration) and read without it: the exporter never
+/// waits on that lock, which a thread of the parent may have held at a `fork`
+/// (it stays held in the child, where that thread does not exist).
 static KEY_NAMES: [OnceLock<&'static str>; TAG_SLOTS] = [const { OnceLock::new() }; TAG_SLOTS];
 
 static OVERFLOWED: AtomicU64 = AtomicU64::new(0);
@@ -70,30 +69,32 @@ pub fn tag_key(name: &str) -> Option<usize> {
     if name.is_empty() || name.len() > MAX_KEY_LEN {
         return None;
     }
-    let mut t = tables();
-    if let Some(i) = t.keys.iter().position(|k| &**k == name) {
+    // Held to serialise registrations; the names are in `KEY_NAMES`.
+    let t = tables();
+    if let Some(i) = find_tag_key(name) {
         return Some(i);
     }
-    if t.keys.len() >= TAG_SLOTS {
-        return None;
-    }
-    t.keys.push(name.into());
-    let slot = t.keys.len() - 1;
-    let _ = KEY_NAMES[slot].set(Box::leak(name.into()));
+    let slot = registered_keys().count();
+    KEY_NAMES.get(slot)?.set(Box::leak(name.into())).ok()?;
     drop(t);
     // The OTEP attribute key map names slots: readers learn the new one.
     super::process_ctx::keys_changed();
     Some(slot)
 }
 
+/// The registered key names, by slot.
+fn registered_keys() -> impl Iterator<Item = &'static str> {
+    KEY_NAMES.iter().map_while(|k| k.get().copied())
+}
+
 /// Every registered key name, by slot.
 pub fn tag_keys() -> Vec<String> {
-    tables().keys.iter().map(|k| k.to_string()).collect()
+    registered_keys().map(str::to_string).collect()
 }
 
 /// Slot of an already registered key (never registers).
 pub fn find_tag_key(name: &str) -> Option<usize> {
-    tables().keys.iter().position(|k| &**k == name)
+    registered_keys().position(|k| k == name)
 }
 
 /// Name of the key in `slot`, if registered. For the exporter: no lock.
