@@ -3,11 +3,13 @@
 //! thread of osprey's, the collector, which also serves the last profile
 //! on SIGINT/SIGTERM/SIGHUP; the agent's copy of stderr stays inside the
 //! descriptor table every process starts with (a higher one makes the
-//! kernel grow the table, and every `fork` copy it).
+//! kernel grow the table, and every `fork` copy it); the agent library
+//! brings no other library into the process than libc and the loader.
 //!
 //! Needs the workspace built (`cargo build --workspace`).
 
 use osprey_testkit::cc::compile_source;
+use osprey_testkit::paths::preload_lib;
 use osprey_testkit::profile::profile_files;
 use osprey_testkit::{osprey, tempdir};
 use std::process::Command;
@@ -51,6 +53,26 @@ int main(int argc, char **argv) {
 
 fn lines<'a>(out: &'a str, kind: &str) -> Vec<&'a str> {
     out.lines().filter_map(|l| l.strip_prefix(kind)).map(str::trim).collect()
+}
+
+/// Each library the agent needs is opened, mapped and relocated in every
+/// process of a tree: libgcc_s is linked in statically, libm replaced by
+/// Rust code. (A portable build for older glibc loads libgcc_s.)
+#[test]
+fn agent_library_needs_only_libc_and_the_loader() {
+    if std::env::var_os("OSPREY_PORTABLE_AGENT").is_some() {
+        return;
+    }
+    let o = Command::new("readelf").arg("-dW").arg(preload_lib()).output().expect("readelf (binutils)");
+    let dynamic = String::from_utf8_lossy(&o.stdout);
+    let needed: Vec<&str> = dynamic
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| l.split('[').nth(1)?.split(']').next())
+        .collect();
+    assert!(!needed.is_empty(), "no NEEDED entry read from {}:\n{dynamic}", preload_lib().display());
+    let extra: Vec<&&str> = needed.iter().filter(|n| !matches!(**n, "libc.so.6" | "ld-linux-x86-64.so.2")).collect();
+    assert!(extra.is_empty(), "the agent library needs {extra:?} besides libc and the loader");
 }
 
 /// The program's main thread and the collector: no other thread of

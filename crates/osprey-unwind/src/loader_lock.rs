@@ -16,16 +16,97 @@
 //! and then checks `FORKS`; a fork counts itself in `FORKS` and then waits
 //! for `CALLS` to be 0. So no call is in progress while a fork copies memory.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::SeqCst};
+use crate::sync::{fence, AtomicU32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 
-/// osprey's threads inside `dl_iterate_phdr`.
-static CALLS: AtomicU32 = AtomicU32::new(0);
-/// Forks in progress in this process (between prepare and parent).
-static FORKS: AtomicU32 = AtomicU32::new(0);
 /// The loader's lock: 0 not looked for yet, 1 not found, else its address.
 static LOCK: AtomicUsize = AtomicUsize::new(0);
 /// Set in a child that got the loader's lock held: no call is made.
 static LOST: AtomicBool = AtomicBool::new(false);
+
+/// Keeps osprey's calls into the loader and forks apart; see the module's
+/// invariant (checked by the loom model below).
+struct Gate {
+    /// osprey's threads inside `dl_iterate_phdr`.
+    calls: AtomicU32,
+    /// Forks in progress in this process (between prepare and parent).
+    forks: AtomicU32,
+}
+
+impl Gate {
+    #[cfg(not(loom))]
+    const fn new() -> Gate {
+        Gate { calls: AtomicU32::new(0), forks: AtomicU32::new(0) }
+    }
+
+    #[cfg(loom)]
+    fn new() -> Gate {
+        Gate { calls: AtomicU32::new(0), forks: AtomicU32::new(0) }
+    }
+
+    /// Returns once no fork is in progress and this call is counted in.
+    fn enter(&self) {
+        loop {
+            while self.forks.load(SeqCst) != 0 {
+                pause();
+            }
+            self.calls.fetch_add(1, SeqCst);
+            // The pair's fences: the counts are SeqCst already, but loom
+            // models SeqCst accesses as AcqRel and only fences as SeqCst.
+            fence(SeqCst);
+            if self.forks.load(SeqCst) == 0 {
+                return;
+            }
+            self.calls.fetch_sub(1, SeqCst);
+        }
+    }
+
+    fn leave(&self) {
+        self.calls.fetch_sub(1, SeqCst);
+    }
+
+    /// Returns once no call is in progress; none starts until [`Gate::fork_end`].
+    fn fork_begin(&self) {
+        self.forks.fetch_add(1, SeqCst);
+        fence(SeqCst);
+        while self.calls.load(SeqCst) != 0 {
+            pause();
+        }
+    }
+
+    fn fork_end(&self) {
+        self.forks.fetch_sub(1, SeqCst);
+    }
+
+    /// In the child (one thread): the counts of the parent's threads are void.
+    fn reset(&self) {
+        self.forks.store(0, SeqCst);
+        self.calls.store(0, SeqCst);
+    }
+}
+
+fn pause() {
+    #[cfg(loom)]
+    ::loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}
+
+#[cfg(not(loom))]
+static GATE: Gate = Gate::new();
+
+#[cfg(not(loom))]
+fn gate() -> &'static Gate {
+    &GATE
+}
+
+#[cfg(loom)]
+fn gate() -> &'static Gate {
+    ::loom::lazy_static! {
+        static ref GATE: Gate = Gate::new();
+    }
+    &GATE
+}
 
 /// Whether osprey may call into the loader in this process.
 pub fn usable() -> bool {
@@ -38,36 +119,25 @@ pub(crate) struct Call(());
 impl Call {
     /// Waits while a fork is in progress; `None` when calls are not [`usable`].
     pub(crate) fn enter() -> Option<Call> {
-        loop {
-            if !usable() {
-                return None;
-            }
-            while FORKS.load(SeqCst) != 0 {
-                std::thread::yield_now();
-            }
-            CALLS.fetch_add(1, SeqCst);
-            if FORKS.load(SeqCst) == 0 {
-                return Some(Call(()));
-            }
-            CALLS.fetch_sub(1, SeqCst);
+        if !usable() {
+            return None;
         }
+        gate().enter();
+        Some(Call(()))
     }
 }
 
 impl Drop for Call {
     fn drop(&mut self) {
-        CALLS.fetch_sub(1, SeqCst);
+        gate().leave();
     }
 }
 
 /// `pthread_atfork` prepare hook: waits for osprey's calls in progress
 /// (short: a walk of the loaded objects) and locates the loader's lock the
-/// first time.
+/// first time. Allocates nothing (a program may fork from a signal handler).
 pub fn fork_prepare() {
-    FORKS.fetch_add(1, SeqCst);
-    while CALLS.load(SeqCst) != 0 {
-        std::thread::yield_now();
-    }
+    gate().fork_begin();
     if LOCK.load(SeqCst) == 0 {
         LOCK.store(locate().unwrap_or(1), SeqCst);
     }
@@ -75,14 +145,13 @@ pub fn fork_prepare() {
 
 /// `pthread_atfork` parent hook.
 pub fn fork_parent() {
-    FORKS.fetch_sub(1, SeqCst);
+    gate().fork_end();
 }
 
 /// `pthread_atfork` child hook (one thread): no fork is in progress here, and
 /// calls are off if the loader's lock came held.
 pub fn fork_child() {
-    FORKS.store(0, SeqCst);
-    CALLS.store(0, SeqCst);
+    gate().reset();
     let at = LOCK.load(SeqCst);
     // The lock word, not the owner: a holder is recorded only after the
     // word is taken, and a fork can fall between the two.
@@ -118,7 +187,8 @@ fn locate() -> Option<usize> {
     };
     // SAFETY: a plain id query.
     let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
-    let mut held: Vec<usize> = Vec::new();
+    // How many candidates, and the first: no allocation in a fork hook.
+    let (mut held, mut first) = (0usize, 0usize);
     extern "C" fn scan(_: *mut libc::dl_phdr_info, _: libc::size_t, data: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `data` is the `&mut dyn FnMut()` passed below.
         unsafe { (*(data as *mut &mut dyn FnMut()))() };
@@ -129,20 +199,24 @@ fn locate() -> Option<usize> {
             // SAFETY: within the symbol's extent, in the loader's data.
             let w = |k: usize| unsafe { base.add(i + k).read_volatile() };
             if i % 2 == 0 && w(0) != 0 && w(1) == 1 && w(OWNER) == me && w(4) & 3 == libc::PTHREAD_MUTEX_RECURSIVE {
-                held.push(i);
+                first = if held == 0 { i } else { first };
+                held += 1;
             }
         }
     };
     let mut f: &mut dyn FnMut() = &mut look;
     // SAFETY: `scan` matches the callback contract; `f` outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(scan), &mut f as *mut _ as *mut libc::c_void) };
-    let [i] = held[..] else { return None };
+    if held != 1 {
+        return None;
+    }
+    let i = first;
     // SAFETY: as above; outside the call the lock must be free.
     let owner = unsafe { base.add(i + OWNER).read_volatile() };
     (owner == 0).then(|| base as usize + i * 4)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -150,5 +224,56 @@ mod tests {
     #[test]
     fn the_loaders_lock_is_found() {
         assert!(locate().is_some(), "no single recursive mutex of _rtld_global held inside dl_iterate_phdr");
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! Run: `RUSTFLAGS="--cfg loom" cargo test -p osprey-unwind --release --lib loom`
+    //! Checks that no call is inside the loader while a fork copies memory.
+    use super::*;
+    use ::loom::sync::atomic::AtomicBool;
+    use ::loom::sync::Arc;
+    use ::loom::thread;
+
+    fn call(g: &Gate, inside: &AtomicBool) {
+        g.enter();
+        inside.store(true, SeqCst);
+        inside.store(false, SeqCst);
+        g.leave();
+    }
+
+    fn fork(g: &Gate, inside: &AtomicBool) {
+        g.fork_begin();
+        assert!(!inside.load(SeqCst), "a fork copied a call into the loader in progress");
+        g.fork_end();
+    }
+
+    #[test]
+    fn loom_a_call_and_a_fork() {
+        ::loom::model(|| {
+            let (g, inside) = (Arc::new(Gate::new()), Arc::new(AtomicBool::new(false)));
+            let (g2, inside2) = (g.clone(), inside.clone());
+            let t = thread::spawn(move || call(&g2, &inside2));
+            fork(&g, &inside);
+            t.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn loom_two_forks_and_a_call() {
+        let mut b = ::loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.max_branches = 100_000;
+        b.check(|| {
+            let (g, inside) = (Arc::new(Gate::new()), Arc::new(AtomicBool::new(false)));
+            let (g2, inside2) = (g.clone(), inside.clone());
+            let (g3, inside3) = (g.clone(), inside.clone());
+            let c = thread::spawn(move || call(&g2, &inside2));
+            let f = thread::spawn(move || fork(&g3, &inside3));
+            fork(&g, &inside);
+            c.join().unwrap();
+            f.join().unwrap();
+        });
     }
 }

@@ -2,12 +2,12 @@
 //! reclaim protocol is model-checked on the very same code.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::Mutex;
 
 #[cfg(loom)]
-pub(crate) use ::loom::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
+pub(crate) use ::loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(crate) use ::loom::sync::Mutex;
 

@@ -530,19 +530,17 @@ fn continue_in_child() {
         rec.lost.take();
     });
     // The parent's storage may have its collector lock held or hazards set by
-    // threads that do not exist here: the child starts on a fresh one.
-    let Ok(storage) = new_storage(&agent.cfg, reg) else {
+    // threads that do not exist here: a child that goes on starts on a fresh one.
+    let storage = match agent.cfg.continue_after_fork {
+        true => new_storage(&agent.cfg, reg).ok(),
+        false => None,
+    };
+    let Some(storage) = storage else {
         STATE.enabled.store(false, SeqCst);
         ownership::release();
         AGENT.store(core::ptr::null_mut(), Release);
         return;
     };
-    if !agent.cfg.continue_after_fork {
-        STATE.enabled.store(false, SeqCst);
-        ownership::release();
-        AGENT.store(core::ptr::null_mut(), Release);
-        return;
-    }
     let child: &'static Agent = Box::leak(Box::new(Agent {
         cfg: agent.cfg.clone(),
         runtime_id: new_runtime_id(),

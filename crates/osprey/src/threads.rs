@@ -189,9 +189,35 @@ pub fn current_or_register() -> Option<&'static Record> {
     register_current().map(|(_, r)| r)
 }
 
-/// Starts one of osprey's own threads (the collector, upload threads).
-///
-/// Returns once the thread has made itself internal. Invariant: it runs
+/// Starts one of osprey's own threads (upload threads), and returns once the
+/// thread has made itself internal: no scan after this counts it as one of
+/// the program's. See [`spawn_own`].
+pub(crate) fn spawn_internal<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    let (known, internal) = std::sync::mpsc::sync_channel(1);
+    let h = spawn_own(name, move || {
+        let _ = known.send(());
+        f()
+    })?;
+    let _ = internal.recv();
+    Ok(h)
+}
+
+/// Starts the collector without waiting for it to make itself internal.
+/// Every scan for the program's threads (discovery, the wall sampler, the
+/// final check of a stop, which waits for the collector's end) runs on the
+/// collector, after it did: a wait here would only hold the program's thread
+/// up for a thread switch.
+pub(crate) fn spawn_collector<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    spawn_own(name, f)
+}
+
+/// Starts one of osprey's own threads. Invariant: it runs
 /// with every asynchronous signal blocked from its first instruction (the mask is inherited from the creator, set around the spawn)
 /// and is forgotten by the registry before `f` runs. So a process-directed
 /// signal (`kill(pid, SIGUSR1)`, a terminal's SIGINT) always reaches a thread
@@ -201,7 +227,7 @@ pub fn current_or_register() -> Option<&'static Record> {
 /// Synchronous fault signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
 /// SIGSYS) stay unblocked: blocking them would not stop a fault, only skip
 /// the program's own handler.
-pub(crate) fn spawn_internal<T: Send + 'static>(
+fn spawn_own<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<T>> {
@@ -216,19 +242,13 @@ pub(crate) fn spawn_internal<T: Send + 'static>(
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &faults, core::ptr::null_mut());
     }
     SPAWNER.store(sys::gettid(), SeqCst);
-    let (known, internal) = std::sync::mpsc::sync_channel(1);
     let h = std::thread::Builder::new().name(name.into()).spawn(move || {
         forget_current();
-        let _ = known.send(());
         f()
     });
     SPAWNER.store(0, SeqCst);
     drop(blocked);
-    // Returns once the thread is known to be osprey's: no scan or clock
-    // check after this counts it as an unregistered thread of the program.
-    let h = h?;
-    let _ = internal.recv();
-    Ok(h)
+    h
 }
 
 /// The thread inside [`spawn_internal`] (0: none).

@@ -76,7 +76,7 @@ pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
             cv.notify_all();
         }
     }
-    let h = threads::spawn_internal("osprey-collect", move || {
+    let h = threads::spawn_collector("osprey-collect", move || {
         let _ended = Ended(agent);
         run(agent);
     })?;

@@ -203,7 +203,7 @@ fn next_interval(c: &Countdown, mean: u64) -> i64 {
     c.rng.set(x);
     let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11; // 53 uniform bits
     let u = (r as f64 + 0.5) / (1u64 << 53) as f64; // in (0, 1)
-    (-(u.ln()) * mean as f64).min(i64::MAX as f64 / 2.0) as i64
+    (-libm::log(u) * mean as f64).min(i64::MAX as f64 / 2.0) as i64
 }
 
 /// `(bytes, allocations)` a sampled allocation of `size` bytes stands for.
@@ -212,7 +212,7 @@ fn next_interval(c: &Countdown, mean: u64) -> i64 {
 /// the mean, where `1/p` is between 1 and 2.
 #[inline]
 pub fn weights(size: u64, mean: u64, u: f64) -> (u64, u64) {
-    let p = -(-(size as f64) / mean.max(1) as f64).exp_m1(); // 1 - exp(-size/mean), exact for small ratios
+    let p = -libm::expm1(-(size as f64) / mean.max(1) as f64); // 1 - exp(-size/mean), exact for small ratios
     if p <= 0.0 {
         return (size, 1);
     }
