@@ -23,7 +23,8 @@ MODE (default `loop`):
 
 Environment: OSPREY (default target/release/osprey, with
 libosprey_preload.so beside it), BENCH_CMD (loop/preload: the command per
-iteration, default /bin/true), OSPREY_BEFORE (another `osprey` binary with
+iteration, default /bin/true), BENCH_SHELL (loop/preload: the shell, default
+`sh`; `bash` forks for each command where dash vforks), OSPREY_BEFORE (another `osprey` binary with
 its libosprey_preload.so beside it) to alternate with as well.
 """
 import os
@@ -68,7 +69,8 @@ def setup():
     """The command run alone (argv), the processes it starts, its directory."""
     if mode in ("loop", "preload"):
         cmd = os.environ.get("BENCH_CMD", "/bin/true")
-        return ["sh", "-c", f"for i in $(seq {n}); do {cmd}; done"], n + (mode == "loop")
+        shell = os.environ.get("BENCH_SHELL", "sh")
+        return [shell, "-c", f"for i in $(seq {n}); do {cmd}; done"], n + (mode == "loop")
     if mode == "spawn":
         return os.environ.get("BENCH_CMD", "/bin/true").split(), n
     if mode == "gcc":

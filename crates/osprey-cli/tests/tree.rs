@@ -50,23 +50,32 @@ fn report(out: &Path, args: &[&str]) -> (bool, String) {
     (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
 }
 
+/// `n` `/bin/true`s started one at a time by `shell` under `exec
+/// --children` from `dir`, profiles into `out`: the pids of the trues, then
+/// the shell's, and osprey's stderr. Asserts that the run succeeded and
+/// that every process has a profile in the tree's one file.
+fn shell_loop(shell: &str, n: usize, dir: &Path, out: &Path) -> (Vec<i64>, BTreeMap<i64, String>, String) {
+    let script = format!("i=0; while [ $i -lt {n} ]; do /bin/true & echo $!; wait $!; i=$((i+1)); done; echo $$");
+    let o = exec(dir, out, &["--period", "60"], &[shell, "-c", &script]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    let pids: Vec<i64> = String::from_utf8_lossy(&o.stdout).lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(pids.len(), n + 1);
+    assert_eq!(only_profiles(out), 1, "one file for the tree: {err}");
+    let (cpu, names) = cpu_by_pid(&read_profiles(out));
+    let missing: Vec<&i64> = pids.iter().filter(|p| !cpu.contains_key(p)).collect();
+    assert!(missing.is_empty(), "processes without a profile: {missing:?} of {}", pids.len());
+    (pids, names, err)
+}
+
 /// 200 `/bin/true` from a shell loop: one file, with a profile of each of
 /// the 201 processes in it, which `report --pid` tells apart.
 #[test]
 fn shell_loop_is_one_file_with_every_process() {
     let dir = tempdir("tree-loop");
     let out = dir.join("profiles");
-    let script = "i=0; while [ $i -lt 200 ]; do /bin/true & echo $!; wait $!; i=$((i+1)); done; echo $$";
-    let o = exec(&dir, &out, &["--period", "60"], &["sh", "-c", script]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
-    let pids: Vec<i64> = String::from_utf8_lossy(&o.stdout).lines().map(|l| l.parse().unwrap()).collect();
-    assert_eq!(pids.len(), 201);
-    assert_eq!(only_profiles(&out), 1, "one file for the tree: {err}");
+    let (pids, names, err) = shell_loop("sh", 200, &dir, &out);
     assert!(err.lines().last().unwrap().starts_with("osprey: 1 profile written: "), "{err}");
-    let (cpu, names) = cpu_by_pid(&read_profiles(&out));
-    let missing: Vec<&i64> = pids.iter().filter(|p| !cpu.contains_key(p)).collect();
-    assert!(missing.is_empty(), "processes without a profile: {missing:?} of {}", pids.len());
     assert_eq!(names.get(&pids[0]).map(String::as_str), Some("true"));
     assert_eq!(names.get(&pids[200]).map(String::as_str), Some("sh"));
     // `report --pid` separates them: the shell's stacks have no `true` in
@@ -77,6 +86,21 @@ fn shell_loop_is_one_file_with_every_process() {
     assert!(ok && text.contains("dash") && !text.contains("true+"), "{text}");
     let (ok, text) = report(&out, &["--pid", "1"]);
     assert!(!ok, "no samples of pid 1: {text}");
+}
+
+/// bash as the root: its agent reads the tree's settings although bash
+/// defines its own `setenv` and `getenv`, so bash and the children it forks
+/// write into the tree's one file and nowhere else (not into a `profiles`
+/// directory of the working directory, the default output).
+#[test]
+fn bash_root_and_its_forks_keep_the_tree_settings() {
+    let dir = tempdir("tree-bash");
+    let out = dir.join("out");
+    let (pids, names, err) = shell_loop("bash", 10, &dir, &out);
+    let cwd: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(cwd, ["out"], "files outside the output directory: {err}");
+    assert_eq!(names.get(&pids[10]).map(String::as_str), Some("bash"));
 }
 
 /// 40 C files compiled by `make -j2` (make, and per file the compiler

@@ -34,7 +34,7 @@ pub fn decide() -> Role {
     let root = match std::env::var("OSPREY_ROOT_PID").ok().and_then(|v| v.parse::<u32>().ok()) {
         Some(r) => r,
         None => {
-            std::env::set_var("OSPREY_ROOT_PID", me.to_string());
+            set_env("OSPREY_ROOT_PID", Some(&me.to_string()));
             me
         }
     };
@@ -86,9 +86,33 @@ fn remove_self_from_ld_preload() {
     let v = v.to_string_lossy().into_owned();
     let ours = |p: &str| ["libosprey_preload.so", crate::ALLOC_LIB].iter().any(|l| p.ends_with(l));
     let kept: Vec<&str> = v.split([':', ' ']).filter(|p| !p.is_empty() && !ours(p)).collect();
-    if kept.is_empty() {
-        std::env::remove_var("LD_PRELOAD");
-    } else {
-        std::env::set_var("LD_PRELOAD", kept.join(":"));
+    let kept = kept.join(":");
+    set_env("LD_PRELOAD", Some(kept.as_str()).filter(|k| !k.is_empty()));
+}
+
+/// Sets (`Some`) or removes (`None`) a variable in the process's environment
+/// (`environ`) through libc's own `setenv`/`unsetenv`, not the program's.
+/// bash defines both: called before its `main`, they create bash's variable
+/// table early and write there only, after which bash's `getenv` reads that
+/// table instead of `environ`, and every `OSPREY_*` setting read after it
+/// (the agent's whole configuration) would be missed. libc's come next after
+/// this library in the loader's order; the program's come before it.
+fn set_env(key: &str, value: Option<&str>) {
+    type Set = unsafe extern "C" fn(*const libc::c_char, *const libc::c_char, libc::c_int) -> libc::c_int;
+    type Unset = unsafe extern "C" fn(*const libc::c_char) -> libc::c_int;
+    let (Ok(k), Ok(v)) = (std::ffi::CString::new(key), value.map(std::ffi::CString::new).transpose()) else { return };
+    let name = if v.is_some() { c"setenv" } else { c"unsetenv" };
+    // SAFETY: looking up the next definition of a libc function.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if f.is_null() {
+        return;
+    }
+    // SAFETY: `f` is libc's setenv/unsetenv, called with NUL-terminated
+    // strings; the constructor runs before any other thread exists.
+    unsafe {
+        match &v {
+            Some(v) => drop(core::mem::transmute::<*mut libc::c_void, Set>(f)(k.as_ptr(), v.as_ptr(), 1)),
+            None => drop(core::mem::transmute::<*mut libc::c_void, Unset>(f)(k.as_ptr())),
+        }
     }
 }
