@@ -16,7 +16,7 @@
 //! and then checks `FORKS`; a fork counts itself in `FORKS` and then waits
 //! for `CALLS` to be 0. So no call is in progress while a fork copies memory.
 
-use crate::sync::{fence, AtomicU32, Ordering::SeqCst};
+use crate::sync::{fence, wait_step, AtomicU32, Ordering::SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 /// The loader's lock: 0 not looked for yet, 1 not found, else its address.
@@ -46,9 +46,11 @@ impl Gate {
 
     /// Returns once no fork is in progress and this call is counted in.
     fn enter(&self) {
+        let mut round = 0u32;
         loop {
             while self.forks.load(SeqCst) != 0 {
-                pause();
+                wait_step(round);
+                round = round.saturating_add(1);
             }
             self.calls.fetch_add(1, SeqCst);
             // The pair's fences: the counts are SeqCst already, but loom
@@ -69,8 +71,10 @@ impl Gate {
     fn fork_begin(&self) {
         self.forks.fetch_add(1, SeqCst);
         fence(SeqCst);
+        let mut round = 0u32;
         while self.calls.load(SeqCst) != 0 {
-            pause();
+            wait_step(round);
+            round = round.saturating_add(1);
         }
     }
 
@@ -83,13 +87,6 @@ impl Gate {
         self.forks.store(0, SeqCst);
         self.calls.store(0, SeqCst);
     }
-}
-
-fn pause() {
-    #[cfg(loom)]
-    ::loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::thread::yield_now();
 }
 
 #[cfg(not(loom))]

@@ -11,7 +11,8 @@ pub(crate) use ::loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicUsize, 
 #[cfg(loom)]
 pub(crate) use ::loom::sync::Mutex;
 
-/// One step of the writer's wait for readers (never on the signal path).
+/// One step of a wait on other threads (the publisher's for readers, a fork's
+/// for calls into the loader); never on the sampling signal's path.
 pub(crate) fn wait_step(round: u32) {
     #[cfg(loom)]
     {

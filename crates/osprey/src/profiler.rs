@@ -531,10 +531,7 @@ fn continue_in_child() {
     });
     // The parent's storage may have its collector lock held or hazards set by
     // threads that do not exist here: a child that goes on starts on a fresh one.
-    let storage = match agent.cfg.continue_after_fork {
-        true => new_storage(&agent.cfg, reg).ok(),
-        false => None,
-    };
+    let storage = if agent.cfg.continue_after_fork { new_storage(&agent.cfg, reg).ok() } else { None };
     let Some(storage) = storage else {
         STATE.enabled.store(false, SeqCst);
         ownership::release();

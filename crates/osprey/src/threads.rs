@@ -251,7 +251,7 @@ fn spawn_own<T: Send + 'static>(
     h
 }
 
-/// The thread inside [`spawn_internal`] (0: none).
+/// The thread inside [`spawn_own`] (0: none).
 static SPAWNER: AtomicI32 = AtomicI32::new(0);
 
 /// Whether the calling thread is creating one of osprey's own threads: an

@@ -64,8 +64,8 @@ pub(crate) struct Agent {
     pub tables_after: std::time::Duration,
 }
 
-/// Starts the collector thread of `agent`; returns once it has registered
-/// itself as internal (never primed, never sampled).
+/// Starts the collector thread of `agent`; returns once it is created. It
+/// marks itself internal (never primed, never sampled) before it runs.
 pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
     /// Marks the collector ended when dropped: also if `run` panics.
     struct Ended(&'static Agent);
