@@ -206,3 +206,37 @@ fn concurrent_claims_never_share_a_record() {
     assert!(claims.load(Relaxed) > 1000, "too few claims to mean anything: {}", claims.load(Relaxed));
     assert_eq!(violations.load(Relaxed), 0, "a record was handed to two threads");
 }
+
+/// A retired tid stays known as retired however many threads retire after
+/// it, while its record is recycled and claimed by others, until the tid is
+/// claimed again or forgotten; a retired tid is never found by `lookup`.
+#[test]
+fn a_retired_tid_is_remembered_until_claimed_again() {
+    let _s = serial();
+    let reg = Registry::get_or_init(RegistryConfig::default()).unwrap();
+    // Tids no thread of this test process has: near the kernel's ceiling.
+    let tids: Vec<i32> = (4_190_000..4_191_000).collect();
+    let _b = osprey::internals::threads::SignalBlock::all();
+    for &t in &tids {
+        let (idx, _) = reg.claim(t, Origin::ThreadStart, sys::monotonic_ns()).expect("a free record");
+        assert!(reg.lookup(t).is_some() && !reg.retired_recently(t));
+        assert!(reg.retire(t));
+        reg.recycle(idx);
+    }
+    for &t in &tids {
+        assert!(reg.retired_recently(t), "tid {t} forgotten after {} later retires", tids.len());
+        assert!(reg.lookup(t).is_none(), "retired tid {t} found");
+    }
+    let (again, forgotten) = (tids[0], tids[1]);
+    let (idx, _) = reg.claim(again, Origin::ThreadStart, sys::monotonic_ns()).unwrap();
+    assert_eq!(reg.lookup(again).map(|(i, _)| i), Some(idx));
+    assert!(!reg.retired_recently(again));
+    reg.forget_retired(forgotten);
+    assert!(!reg.retired_recently(forgotten) && reg.lookup(forgotten).is_none());
+    assert!(reg.retired_recently(tids[2]), "forgetting one tid forgot another");
+    assert!(reg.retire(again));
+    reg.recycle(idx);
+    for &t in &tids {
+        reg.forget_retired(t);
+    }
+}

@@ -2,7 +2,7 @@
 //! through the tid table, and claiming one from the free list (the priming
 //! handler does). Atomics only, on memory mapped before handlers run.
 
-use super::{Registry, GLOBAL, MAX_SEGMENTS};
+use super::{Registry, GLOBAL, MAX_SEGMENTS, RETIRED_BIT};
 use crate::record::{Origin, Record, RecordState, SampleRecord};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
@@ -90,7 +90,7 @@ impl Registry {
     #[inline]
     pub fn lookup(&self, tid: i32) -> Option<(usize, &'static Record)> {
         let v = self.tid_slot(tid)?.load(Acquire);
-        if v == 0 {
+        if v == 0 || v & RETIRED_BIT != 0 {
             return None;
         }
         let idx = (v - 1) as usize;
@@ -118,9 +118,11 @@ impl Registry {
         rec.registered_ns.store(now_ns, Relaxed);
         rec.state.store(RecordState::Claimed as u32, Release);
         self.changes.fetch_add(1, Relaxed);
-        if slot.compare_exchange(0, idx + 1, AcqRel, Acquire).is_err() {
-            // A stale entry for a reused tid: the old owner is dead (its tid is ours now).
-            let old = slot.load(Acquire);
+        let old = slot.swap(idx + 1, AcqRel);
+        // A live entry left by a dead thread whose tid the kernel gave to
+        // this one (it exited without retiring): its record is retired here.
+        // A retired entry's record was retired by its owner already.
+        if old != 0 && old & RETIRED_BIT == 0 && old != idx + 1 {
             if let Some(old_rec) = self.record((old - 1) as usize) {
                 if old_rec.tid.load(Relaxed) == tid {
                     old_rec.tid.store(0, Relaxed);
@@ -128,7 +130,6 @@ impl Registry {
                     self.mark_dirty((old - 1) as usize);
                 }
             }
-            slot.store(idx + 1, Release);
         }
         Some((idx as usize, rec))
     }

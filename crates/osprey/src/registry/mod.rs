@@ -17,8 +17,11 @@
 //!
 //! # Invariants
 //! - A record is owned by exactly one live tid from `claim` until `retire`;
-//!   `tid_table[tid] == index + 1` exactly while that holds (see
-//!   `claim`: CAS from 0).
+//!   `tid_table[tid] == index + 1` exactly while that holds. `retire` leaves
+//!   `(index + 1) | RETIRED_BIT` instead of 0: the tid stays known as one
+//!   whose exit path charged its CPU (however many threads exit at once)
+//!   until a thread claims it again or discovery forgets it
+//!   ([`Registry::forget_retired`]).
 //! - Records are never unmapped; a retired record goes back to the free list
 //!   only after the collector drained its sample ring (`recycle`).
 //! - A record whose ring holds samples not yet drained, or that is retired
@@ -36,7 +39,7 @@ mod lookup;
 mod pool;
 
 use crate::record::Record;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
 
 /// Most segments the pool can grow to (each one holds `segment_len` records).
 pub const MAX_SEGMENTS: usize = 64;
@@ -73,15 +76,11 @@ pub struct Registry {
     pub dropped_unregistered: AtomicU64,
     /// Claims that failed because the pool was exhausted.
     pub exhausted: AtomicU64,
-    /// The last [`RETIRED_RING`] tids retired (see [`Registry::retired_recently`]).
-    retired: [AtomicI32; RETIRED_RING],
-    /// Retires so far: the next slot of `retired` is this modulo its length.
-    retired_seq: AtomicUsize,
 }
 
-/// How many retired tids [`Registry::retired_recently`] remembers: more than
-/// threads can be between their retire and their end at one scan.
-pub const RETIRED_RING: usize = 256;
+/// Set in a tid-table entry by `retire`: the tid's record was given up (see
+/// the invariants above). Record indices stay far below it.
+const RETIRED_BIT: u32 = 1 << 31;
 
 // SAFETY: all shared state is atomics or immutable after construction.
 unsafe impl Sync for Registry {}

@@ -2,11 +2,11 @@
 //! records of threads that are gone and recycling them once drained. Maps
 //! memory, allocates, takes the init lock: never called from a handler.
 
-use super::{Registry, RegistryConfig, GLOBAL, INIT_LOCK, MAX_SEGMENTS, RETIRED_RING};
+use super::{Registry, RegistryConfig, GLOBAL, INIT_LOCK, MAX_SEGMENTS, RETIRED_BIT};
 use crate::fork_lock::ForkLock;
 use crate::mmap::map_zeroed;
 use crate::record::{Record, RecordState};
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
 /// The highest `/proc/sys/kernel/pid_max` the kernel accepts (64-bit).
 const PID_MAX_LIMIT: usize = 4_194_304;
@@ -60,8 +60,6 @@ impl Registry {
             changes: AtomicU64::new(0),
             tid_limit,
             dropped_unregistered: AtomicU64::new(0),
-            retired: [const { AtomicI32::new(0) }; RETIRED_RING],
-            retired_seq: AtomicUsize::new(0),
             exhausted: AtomicU64::new(0),
         };
         r.add_segment()?;
@@ -141,23 +139,36 @@ impl Registry {
     pub fn retire(&self, tid: i32) -> bool {
         let Some((idx, rec)) = self.lookup(tid) else { return false };
         if let Some(slot) = self.tid_slot(tid) {
-            let _ = slot.compare_exchange(idx as u32 + 1, 0, AcqRel, Acquire);
+            let v = idx as u32 + 1;
+            let _ = slot.compare_exchange(v, v | RETIRED_BIT, AcqRel, Acquire);
         }
         // A zero tid tells writer-side caches (`context`) the record is no longer theirs.
         rec.tid.store(0, Release);
         rec.state.store(RecordState::Retired as u32, Release);
-        let at = self.retired_seq.fetch_add(1, Relaxed) % RETIRED_RING;
-        self.retired[at].store(tid, Relaxed);
         self.changes.fetch_add(1, Relaxed);
         self.mark_dirty(idx);
         true
     }
 
-    /// Whether `tid` gave up its record lately: a thread on its way out
-    /// whose CPU time its exit path charged (or a dead tid). Discovery does
-    /// not count such a thread's CPU as an unregistered thread's.
+    /// Whether `tid` gave up its record and no thread claimed it since: a
+    /// thread on its way out whose CPU time its exit path charged (or a dead
+    /// tid, or one the kernel gave to a thread not registered yet; see
+    /// [`Registry::forget_retired`]). Discovery does not count such a
+    /// thread's CPU as an unregistered thread's.
     pub fn retired_recently(&self, tid: i32) -> bool {
-        tid > 0 && self.retired.iter().any(|t| t.load(Relaxed) == tid)
+        self.tid_slot(tid).is_some_and(|s| s.load(Acquire) & RETIRED_BIT != 0)
+    }
+
+    /// Forgets that `tid` retired: discovery found it alive well after its
+    /// retire, so the kernel gave it to a new thread that did not register
+    /// (yet). A claim that comes later finds the entry empty, as for any tid.
+    pub fn forget_retired(&self, tid: i32) {
+        if let Some(slot) = self.tid_slot(tid) {
+            let v = slot.load(Acquire);
+            if v & RETIRED_BIT != 0 {
+                let _ = slot.compare_exchange(v, 0, AcqRel, Acquire);
+            }
+        }
     }
 
     /// Puts a drained, retired record back on the free list. Collector only.
