@@ -1,5 +1,5 @@
 # Sourced by the build scripts of cached test interpreters
-# (chroot/build-forky.sh, freethreaded/build-313t.sh).
+# (chroot/build-forky.sh, freethreaded/build.sh).
 
 # lock_unless_ready DIR: exits 0 if the caller's `ready` says DIR is built,
 # else takes DIR.lock (held until the script exits: concurrent runs wait)

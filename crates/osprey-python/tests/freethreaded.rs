@@ -1,7 +1,7 @@
-//! Free-threaded CPython 3.13t (`--disable-gil`), built from Debian's
-//! source by `tests/freethreaded/build-313t.sh`: `osprey exec` and `osprey
+//! Free-threaded CPython 3.13t and 3.14t (`--disable-gil`), built from
+//! source by `tests/freethreaded/build.sh`: `osprey exec` and `osprey
 //! attach` while several threads run Python at once on every core. Skipped
-//! with one line when that interpreter is not built. Needs the workspace
+//! with one line when an interpreter is not built. Needs the workspace
 //! built (`cargo build --workspace`), as `cargo xtask test` does.
 
 mod common;
@@ -12,13 +12,16 @@ use std::process::Command;
 use std::sync::atomic::AtomicBool;
 
 use osprey_pprof::pprof::Profile;
-use osprey_testkit::profile::{expect_profiles, function_names, label, sample_types};
+use osprey_testkit::profile::{expect_profiles, function_lines, function_names, label, sample_types};
 use osprey_testkit::run::serial;
 use osprey_testkit::{osprey, tempdir};
 
 fn script() -> PathBuf {
     Path::new(common::PY_CRATE).join("tests/py/freethreaded.py")
 }
+
+/// The lines of `burn`'s loop in the script (its `while` to its `x += i`).
+const BURN_LOOP: (i64, i64) = (28, 30);
 
 /// What a thread of the script measured itself: `thread TID NAME NS`.
 #[derive(Debug)]
@@ -38,7 +41,7 @@ fn truths(stdout: &str) -> Vec<Truth> {
         .collect()
 }
 
-/// `osprey exec --hz HZ -- python3.13t freethreaded.py MODE SECS`: its
+/// `osprey exec --hz HZ -- python3.13t freethreaded.py MODE SECS` (or 3.14t): its
 /// profiles and the threads' own measurements. The run must succeed.
 fn exec(py: &common::Py, hz: u32, mode: &str, secs: &str) -> (Vec<Profile>, Vec<Truth>) {
     let out = tempdir(&format!("ft-{mode}"));
@@ -90,14 +93,15 @@ fn cum(profiles: &[Profile], ty: &str, function: &str) -> i64 {
 /// publishes (the object header is 32 bytes: `ob_type` at 24), and its
 /// threads' names come out of `threading` (dicts and instances read with
 /// the moved object fields).
-#[test]
-fn detected_and_thread_names_read() {
-    let Some(py) = common::python("3.13t") else { return };
+fn detected_and_thread_names_read(name: &str) {
+    let Some(py) = common::python(name) else { return };
     let _serial = serial();
     let w = py.start_script(&script(), &["attach", "30"]);
-    let t = osprey_python::open_target(w.pid()).unwrap_or_else(|e| panic!("open 3.13t: {e}"));
+    let t = osprey_python::open_target(w.pid()).unwrap_or_else(|e| panic!("open {name}: {e}"));
     assert!(t.layout.free_threaded && t.debug_offsets, "{:?}", t.layout);
-    assert_eq!((t.version.minor, t.layout.object_type), (13, 24));
+    let minor: u32 = name.trim_start_matches("3.").trim_end_matches('t').parse().unwrap();
+    assert_eq!((t.version.minor, t.layout.object_type), (minor, 24));
+    assert_eq!(t.layout.frame_tlbc_index.is_some(), minor >= 14, "per-thread bytecode");
     assert!(t.layout.interp_gil_ptr.is_none() && t.layout.runtime_gil.is_none());
     drop(t);
     let (profiles, _) = common::collect(w.pid(), &common::options(100, Some(2.0)), &AtomicBool::new(false));
@@ -123,9 +127,8 @@ fn detected_and_thread_names_read() {
 /// every one's stack is sampled, labelled `running`, and the CPU the
 /// profile gives each thread is what the thread measured itself. A thread
 /// in `time.sleep` is `sleeping`, one waiting on a lock `blocked`.
-#[test]
-fn exec_four_threads_at_once() {
-    let Some(py) = common::python("3.13t") else { return };
+fn exec_four_threads_at_once(name: &str) {
+    let Some(py) = common::python(name) else { return };
     let _serial = serial();
     let secs = 6.0;
     let (profiles, truth) = exec(&py, 100, "threads", &secs.to_string());
@@ -151,11 +154,17 @@ fn exec_four_threads_at_once() {
     eprintln!("the four threads used {:.2} CPUs", total as f64 / 1e9 / secs);
     for t in &truth {
         let f = t.name.strip_prefix("worker-").unwrap();
-        let (mut own, mut running, mut other) = (0, 0, Vec::new());
+        let (mut own, mut running, mut other, mut os_named) = (0, 0, Vec::new(), 0);
         for p in &profiles {
             for s in p.sample.iter().filter(|s| label(p, s, "thread id").unwrap().1 == t.tid) {
                 let fns = function_names(p, s);
-                assert_eq!(label(p, s, "thread name").unwrap().0, t.name);
+                let named = label(p, s, "thread name").unwrap().0;
+                if named != t.name {
+                    // Sampled before its Python name was read: the OS name,
+                    // which 3.14 sets from it (cut to 15 bytes).
+                    assert!(named.len() <= 15 || named.starts_with("python"), "{}: named {named}", t.name);
+                    os_named += s.value[0];
+                }
                 // value[0]: samples/count.
                 if fns.contains(&f) {
                     own += s.value[0];
@@ -166,6 +175,7 @@ fn exec_four_threads_at_once() {
                 }
             }
         }
+        assert!(os_named <= 5, "{}: {os_named} samples named as the OS names the thread", t.name);
         let n_other: i64 = other.iter().map(|o| o.1).sum();
         assert!(n_other <= 5, "{}: {n_other} samples outside {f}: {other:?}", t.name);
         let (got, want) = (cpu.get(&t.tid).copied().unwrap_or(0), t.cpu_ns);
@@ -182,6 +192,22 @@ fn exec_four_threads_at_once() {
         // and its last 5 ms slice) is the only CPU the profile can miss.
         assert!((got - want).abs() <= want / 50 + 20_000_000, "{}: cpu {got} ns, measured {want} ns", t.name);
     }
+    // Lines come from the bytecode each thread runs: on 3.14t a thread's
+    // own copy of it, whose offsets are those of the code's own.
+    let (mut in_loop, mut in_burn) = (0, 0);
+    for p in &profiles {
+        for s in &p.sample {
+            if let Some(&("burn", line)) = function_lines(p, s).first() {
+                in_burn += s.value[0];
+                in_loop += if (BURN_LOOP.0..=BURN_LOOP.1).contains(&line) { s.value[0] } else { 0 };
+            }
+        }
+    }
+    eprintln!("burn: {in_loop} of {in_burn} samples on its loop's lines");
+    assert!(
+        in_burn >= 400 && in_loop * 100 >= in_burn * 99,
+        "burn: {in_loop} of {in_burn} samples on lines {BURN_LOOP:?}"
+    );
     for p in &profiles {
         for s in &p.sample {
             let st = label(p, s, "state").unwrap().0;
@@ -192,9 +218,8 @@ fn exec_four_threads_at_once() {
 
 /// Two threads burning 60/40 at once: the profile's split is the
 /// threads' own within 3 points each.
-#[test]
-fn exec_split_60_40() {
-    let Some(py) = common::python("3.13t") else { return };
+fn exec_split_60_40(name: &str) {
+    let Some(py) = common::python(name) else { return };
     let _serial = serial();
     // A statistical measurement on shared cores: taken once more when it
     // misses (a systematic error misses both times).
@@ -221,9 +246,8 @@ fn exec_split_60_40() {
 
 /// Threads started and joined in a loop for seconds: no crash, the
 /// program's exit status, and the short-lived threads' stacks sampled.
-#[test]
-fn exec_thread_churn() {
-    let Some(py) = common::python("3.13t") else { return };
+fn exec_thread_churn(name: &str) {
+    let Some(py) = common::python(name) else { return };
     let _serial = serial();
     let (profiles, _) = exec(&py, 200, "churn", "5");
     assert_no_gil_type(&profiles);
@@ -234,10 +258,9 @@ fn exec_thread_churn() {
     assert!(short >= 50, "{short} samples in short_lived");
 }
 
-/// `osprey attach --pid` on a running 3.13t process.
-#[test]
-fn attach_pid() {
-    let Some(py) = common::python("3.13t") else { return };
+/// `osprey attach --pid` on a running free-threaded process.
+fn attach_pid(name: &str) {
+    let Some(py) = common::python(name) else { return };
     let _serial = serial();
     let w = py.start_script(&script(), &["attach", "30"]);
     let out = tempdir("ft-attach");
@@ -249,3 +272,11 @@ fn attach_pid() {
         assert!(n >= 50, "{n} samples in {f}");
     }
 }
+
+osprey_testkit::per_interpreter!(mod only {
+    detected_and_thread_names_read => detected_and_thread_names_read,
+    exec_four_threads_at_once => exec_four_threads_at_once,
+    exec_split_60_40 => exec_split_60_40,
+    exec_thread_churn => exec_thread_churn,
+    attach_pid => attach_pid,
+}; ft313 => "3.13t", ft314 => "3.14t");

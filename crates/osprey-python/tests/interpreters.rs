@@ -341,10 +341,10 @@ osprey_testkit::per_interpreter!(mod {
     gil_wait => gil_wait,
 }; forky314_pidns => "forky-3.14-pidns");
 
-// Free-threaded 3.13t (optional, see `common::free_threaded_313`): the
+// Free-threaded 3.13t and 3.14t (optional, see `common::free_threaded`): the
 // tests that do not assume a GIL (states, [gc] and GIL waits differ; see
 // tests/freethreaded.rs).
 osprey_testkit::per_interpreter!(mod only {
     methods_agree => methods_agree,
     attribution_50_30_20 => attribution,
-}; ft313 => "3.13t");
+}; ft313 => "3.13t", ft314 => "3.14t");

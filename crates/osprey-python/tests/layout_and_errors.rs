@@ -106,6 +106,9 @@ fn check_layout(name: &str, minor: u32) {
             "unicode.ascii_size" => l.unicode_ascii_size,
             "unicode.compact_size" => l.unicode_compact_size,
             "unicode.length" => l.unicode_length,
+            "unicode.kind_bit" => l.unicode_kind_bit as u64,
+            "frame.tlbc_index" => l.frame_tlbc_index.unwrap(),
+            "code.tlbc" => l.code_tlbc.unwrap(),
             "bytes.size" => l.bytes_size,
             "object.type" => l.object_type,
             "interp.gc_collecting" => l.interp_gc_collecting.unwrap(),
@@ -153,7 +156,9 @@ fn layouts_match_headers() {
 /// compiler computes from its headers.
 #[test]
 fn debug_offset_layouts_match_headers() {
-    for (name, minor) in [("3.13", 13), ("forky-3.13", 13), ("forky-3.14", 14), ("forky-3.15", 15), ("3.13t", 13)] {
+    for (name, minor) in
+        [("3.13", 13), ("forky-3.13", 13), ("forky-3.14", 14), ("forky-3.15", 15), ("3.13t", 13), ("3.14t", 14)]
+    {
         check_layout(name, minor);
     }
 }
@@ -162,7 +167,7 @@ fn debug_offset_layouts_match_headers() {
 /// struct in the interpreter's headers (`offsetof` of every field).
 #[test]
 fn debug_offsets_schemas_match_headers() {
-    for (name, minor) in [("forky-3.13", 13), ("forky-3.14", 14), ("forky-3.15", 15), ("3.13t", 13)] {
+    for (name, minor) in [("forky-3.13", 13), ("forky-3.14", 14), ("forky-3.15", 15), ("3.13t", 13), ("3.14t", 14)] {
         let Some(py) = common::python(name) else { return };
         let (schema, known) = osprey_python::debug_offsets::schema(minor).unwrap();
         assert!(known);
@@ -329,7 +334,7 @@ fn edited_debug_offsets() {
         ("newer", "version", 0x031000f0, None),
         ("garbage", "thread_state.next", 1 << 40, Some("invalid _Py_DebugOffsets: thread_state.next")),
         ("too small", "interpreter_frame.size", 8, Some("invalid _Py_DebugOffsets: sizeof interpreter_frame")),
-        ("free-threaded", "free_threaded", 1, Some("free-threaded build")),
+        ("free-threaded", "free_threaded", 1, Some("free_threaded flag (1) disagrees with sizeof PyObject = 16")),
         ("wrong version", "version", 0x030e00f0, Some("claim version 3.14.0")),
     ];
     for &(what, name, value, refusal) in cases {

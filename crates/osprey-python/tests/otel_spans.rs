@@ -181,4 +181,4 @@ fn other_runtime_context_is_said_once() {
 
 osprey_testkit::per_interpreter!(only spans;
     py38 => "3.8", py39 => "3.9", py310 => "3.10", py311 => "3.11", py312 => "3.12", py313 => "3.13",
-    forky314 => "forky-3.14", forky315 => "forky-3.15", ft313 => "3.13t");
+    forky314 => "forky-3.14", forky315 => "forky-3.15", ft313 => "3.13t", ft314 => "3.14t");

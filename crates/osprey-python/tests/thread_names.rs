@@ -65,4 +65,4 @@ fn names_and_cost(name: &str) {
     assert_eq!(last, want("renamed"), "{name}: after the rename");
 }
 
-osprey_testkit::per_interpreter!(names_and_cost; ft313 => "3.13t");
+osprey_testkit::per_interpreter!(names_and_cost; ft313 => "3.13t", ft314 => "3.14t");

@@ -111,6 +111,18 @@ pub fn function_names<'a>(p: &'a Profile, s: &Sample) -> Vec<&'a str> {
     out
 }
 
+/// The (function name, line) of each frame of sample `s`, leaf first, as
+/// [`function_names`] lists them.
+pub fn function_lines<'a>(p: &'a Profile, s: &Sample) -> Vec<(&'a str, i64)> {
+    let mut out = Vec::new();
+    for id in &s.location_id {
+        for l in &p.location[(*id - 1) as usize].line {
+            out.push((p.string(p.function[(l.function_id - 1) as usize].name), l.line));
+        }
+    }
+    out
+}
+
 /// Total CPU (ns) of `p` and whether every sample carries span id `span`.
 pub fn cpu_in_span(p: &Profile, span: u64) -> (i64, bool) {
     let cpu = p.sample_type.iter().position(|t| p.string(t.r#type) == "cpu").unwrap();

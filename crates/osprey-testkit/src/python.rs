@@ -172,12 +172,12 @@ fn python_descendant(pid: i32) -> i32 {
 /// The interpreter for `name`: "3.8".."3.13" (pyenv, shared libpython),
 /// "debian-3.11" (/usr/bin/python3.11, static), "forky-3.13".."forky-3.15"
 /// (Debian testing's static builds in a chroot), "forky-3.14-pidns" (the
-/// same in a new PID namespace too), "3.13t" (free-threaded, optional: see
-/// [`free_threaded_313`]). A missing interpreter fails the test unless
+/// same in a new PID namespace too), "3.13t" and "3.14t" (free-threaded,
+/// optional: see [`free_threaded`]). A missing interpreter fails the test unless
 /// OSPREY_SKIP_MISSING_PYTHON=1 (then None: skip).
 pub fn python(name: &str) -> Option<Py> {
-    if name == "3.13t" {
-        let host_exe = free_threaded_313()?;
+    if let Some(version @ ("3.13" | "3.14")) = name.strip_suffix('t') {
+        let host_exe = free_threaded(version)?;
         return Some(Py { inner_exe: host_exe.to_string_lossy().into_owned(), host_exe, root: None, pidns: false });
     }
     if let Some(rest) = name.strip_prefix("forky-") {
@@ -229,16 +229,18 @@ pub fn interpreter(name: &str) -> Option<PathBuf> {
     }
 }
 
-/// The free-threaded CPython 3.13 (`--disable-gil`) that
-/// `tests/freethreaded/build-313t.sh` builds (about 20 minutes; `.ci/run`
-/// starts it, cached), at `$OSPREY_PY313T/bin/python3.13t` (default
-/// `/var/cache/osprey/python3.13t`; see [`crate::paths::cached_build`]).
-pub fn free_threaded_313() -> Option<PathBuf> {
-    let dir = std::env::var("OSPREY_PY313T").unwrap_or_else(|_| "/var/cache/osprey/python3.13t".into());
+/// The free-threaded CPython `version` ("3.13" or "3.14", `--disable-gil`)
+/// that `tests/freethreaded/build.sh {version}t` builds (7-10 minutes;
+/// `.ci/run` starts it, cached), at `$OSPREY_PY313T/bin/python3.13t` or
+/// `$OSPREY_PY314T/bin/python3.14t` (default `/var/cache/osprey/python{version}t`;
+/// see [`crate::paths::cached_build`]).
+pub fn free_threaded(version: &str) -> Option<PathBuf> {
+    let var = format!("OSPREY_PY{}T", version.replace('.', ""));
+    let dir = std::env::var(var).unwrap_or_else(|_| format!("/var/cache/osprey/python{version}t"));
     crate::paths::cached_build(
         Path::new(&dir),
-        "bin/python3.13t",
-        &format!("{PY_CRATE}/tests/freethreaded/build-313t.sh"),
+        &format!("bin/python{version}t"),
+        &format!("{PY_CRATE}/tests/freethreaded/build.sh {version}t"),
     )
 }
 

@@ -426,6 +426,15 @@ impl DebugOffsets {
             ("unicode_object", sized("unicode_object", 24, 256)?),
             ("gc", sized("gc", 8, MIB)?),
         ];
+        // A free-threaded object header holds more than a refcount and a
+        // type (its owner thread, two refcounts): the flag must agree.
+        let object = groups[5].1;
+        if self.free_threaded() != (object > 16) {
+            return Err(Invalid(format!(
+                "the free_threaded flag ({}) disagrees with sizeof PyObject = {object}",
+                self.words[2]
+            )));
+        }
         // (field, bytes read there, must be 8-aligned)
         let used: &[(&str, u64, bool)] = &[
             ("runtime_state.interpreters_head", 8, true),
@@ -554,6 +563,23 @@ impl DebugOffsets {
         l.tstate_holds_gil = self.get("thread_state.holds_gil");
         if free_threaded {
             l.objects = l.objects.free_threaded(g("pyobject.size")?);
+            if minor >= 14 {
+                // Per-thread bytecode: a frame's instruction pointer may
+                // point into a copy of its code's bytecode.
+                let frame = g("interpreter_frame.size")?;
+                let code = g("code_object.size")?;
+                let tlbc_index = g("interpreter_frame.tlbc_index")?;
+                let tlbc = g("code_object.co_tlbc")?;
+                if tlbc_index + 4 > frame || tlbc + 8 > code || tlbc % 8 != 0 {
+                    return Err(Invalid(format!(
+                        "per-thread bytecode fields (tlbc_index {tlbc_index}, co_tlbc {tlbc}) outside their structs ({frame}, {code})"
+                    )));
+                }
+                l.frame_tlbc_index = Some(tlbc_index);
+                l.code_tlbc = Some(tlbc);
+                // `interned` is a whole byte, for atomic access.
+                l.unicode_kind_bit = 8;
+            }
         }
         self.object_layout(&mut l.objects);
         l.fix_sizes();
@@ -668,15 +694,29 @@ mod tests {
     #[test]
     fn free_threaded_struct_gives_a_layout_without_a_gil() {
         let mut w = sample_314();
+        let set = |w: &mut Vec<u64>, n: &str, v: u64| w[V314.iter().position(|x| *x == n).unwrap()] = v;
         for (n, v) in [("free_threaded", 1), ("pyobject.size", 32), ("pyobject.ob_type", 24)] {
-            w[V314.iter().position(|x| *x == n).unwrap()] = v;
+            set(&mut w, n, v);
         }
         let d = DebugOffsets::parse(&words_to_bytes(&w)).unwrap().unwrap();
         assert!(d.free_threaded());
         d.validate().unwrap();
+        // 3.14+: the per-thread bytecode fields must lie inside their structs.
+        set(&mut w, "code_object.co_tlbc", 232);
+        set(&mut w, "interpreter_frame.tlbc_index", 80);
+        let d = DebugOffsets::parse(&words_to_bytes(&w)).unwrap().unwrap();
+        assert!(d.layout(14, 0).unwrap_err().0.contains("per-thread bytecode"));
+        set(&mut w, "interpreter_frame.tlbc_index", 72);
+        let d = DebugOffsets::parse(&words_to_bytes(&w)).unwrap().unwrap();
         let l = d.layout(14, 0).unwrap();
         assert!(l.free_threaded && l.interp_gil_ptr.is_none());
+        assert_eq!((l.frame_tlbc_index, l.code_tlbc, l.unicode_kind_bit), (Some(72), Some(232), 8));
+        assert!(l.frame_size_to_read >= 76 && l.code_size_to_read >= 240);
         assert_eq!((l.object_type, l.objects.module_dict, l.objects.managed_dict), (24, 32, 8));
+        // A default build's header with the flag set is refused.
+        set(&mut w, "pyobject.size", 16);
+        let d = DebugOffsets::parse(&words_to_bytes(&w)).unwrap().unwrap();
+        assert!(d.validate().unwrap_err().0.contains("disagrees with sizeof PyObject"));
         let l = DebugOffsets::parse(&words_to_bytes(&sample_314())).unwrap().unwrap().layout(14, 0).unwrap();
         assert!(!l.free_threaded && l.interp_gil_ptr.is_some());
         assert_eq!((l.objects.module_dict, l.objects.managed_dict), (16, 24));

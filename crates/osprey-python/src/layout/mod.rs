@@ -117,6 +117,13 @@ pub struct Layout {
     pub code_linetable: u64,
     /// `co_code_adaptive` in `PyCodeObject` (3.11+).
     pub code_code_adaptive: Option<u64>,
+    /// `tlbc_index` (an `int32_t`) in `_PyInterpreterFrame`, free-threaded
+    /// 3.14+: which copy of its code's bytecode the frame runs (0: the
+    /// code's own `co_code_adaptive`; else an entry of `co_tlbc`).
+    pub frame_tlbc_index: Option<u64>,
+    /// `co_tlbc` in `PyCodeObject`, free-threaded 3.14+: a `_PyCodeArray *`,
+    /// `{ Py_ssize_t size; char *entries[size]; }`.
+    pub code_tlbc: Option<u64>,
     /// Bytes of a code object to read (covers the fields above).
     pub code_size_to_read: usize,
     /// Format of the line table.
@@ -125,6 +132,10 @@ pub struct Layout {
     pub bytes_sval: u64,
     /// `state` (kind, compact, ascii bits) in `PyASCIIObject`.
     pub unicode_state: u64,
+    /// First bit of the 3-bit `kind` in `state`; `compact` and `ascii`
+    /// follow it. 2 (after `interned:2`), or 8 where `interned` is a whole
+    /// byte (free-threaded 3.14+).
+    pub unicode_kind_bit: u32,
     /// Size of `PyASCIIObject` (where compact ASCII data starts).
     pub unicode_ascii_size: u64,
     /// Size of `PyCompactUnicodeObject` (where other compact data starts).
@@ -210,10 +221,13 @@ impl Layout {
             code_firstlineno: 0,
             code_linetable: 0,
             code_code_adaptive: None,
+            frame_tlbc_index: None,
+            code_tlbc: None,
             code_size_to_read: 0,
             line_table: LineTable::Locations,
             bytes_sval: 32,
             unicode_state: 32,
+            unicode_kind_bit: 2,
             unicode_ascii_size: if old_unicode { 48 } else { 40 },
             unicode_compact_size: if old_unicode { 72 } else { 56 },
             object_type: 8,
@@ -317,10 +331,13 @@ impl Layout {
         if let Some(o) = self.frame_gen {
             f = f.max(o + 8);
         }
+        if let Some(o) = self.frame_tlbc_index {
+            f = f.max(o + 4);
+        }
         self.frame_size_to_read = f as usize;
         let mut c = self.code_filename.max(self.code_name).max(self.code_firstlineno).max(self.code_linetable) + 8;
-        if let Some(q) = self.code_qualname {
-            c = c.max(q + 8);
+        for o in [self.code_qualname, self.code_tlbc].into_iter().flatten() {
+            c = c.max(o + 8);
         }
         c = c.max(self.object_type + 8);
         self.code_size_to_read = c as usize;

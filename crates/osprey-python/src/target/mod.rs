@@ -256,11 +256,6 @@ fn layout_of(
         return Err(refuse(format!("its debug offsets claim version {claimed}")));
     }
     d.validate().map_err(|e| refuse(format!("invalid _Py_DebugOffsets: {e}")))?;
-    if d.free_threaded() && version.minor >= 14 {
-        return Err(Error::Unsupported(format!(
-            "CPython {version} is a free-threaded build: osprey reads free-threaded 3.13 only (3.14 and later run per-thread copies of the bytecode, which it does not read yet); use a default build"
-        )));
-    }
     if !d.free_threaded() && abi_free_threaded(&module.path) {
         return Err(refuse(format!(
             "{} is named as a free-threaded build (ABI flag t) but its _Py_DebugOffsets say it is not",

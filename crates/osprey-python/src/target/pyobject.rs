@@ -104,7 +104,8 @@ impl<'a> Reader<'a> {
             _ => len.min(max),
         };
         let state = rd_u32(&hdr, l.unicode_state as usize);
-        let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
+        let k = l.unicode_kind_bit;
+        let (kind, compact, ascii) = ((state >> k) & 7, (state >> (k + 3)) & 1 == 1, (state >> (k + 4)) & 1 == 1);
         if !compact {
             return Err(bad("not a compact str"));
         }
@@ -128,7 +129,7 @@ impl<'a> Reader<'a> {
         let Ok(b) = self.read(addr, l.unicode_ascii_size as usize + name.len()) else { return false };
         let state = rd_u32(&b, l.unicode_state as usize);
         self.type_is(&b, self.t.unicode_type)
-            && (state >> 5) & 3 == 3
+            && (state >> (l.unicode_kind_bit + 3)) & 3 == 3
             && rd_u64(&b, l.unicode_length as usize) == name.len() as u64
             && &b[l.unicode_ascii_size as usize..] == name.as_bytes()
     }

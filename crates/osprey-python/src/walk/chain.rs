@@ -10,7 +10,7 @@ use super::code::{CodeCache, FrameErr};
 use super::frame::{can_be_outermost, live_flag};
 use super::snapshot::Snapshot;
 use crate::layout::{InstrKind, FRAME_OWNED_BY_CSTACK, FRAME_OWNED_BY_GENERATOR};
-use crate::remote::process::rd_u64;
+use crate::remote::process::{rd_u32, rd_u64};
 use crate::target::Target;
 
 /// Frames read per stack, at most (about 1 µs each); a deeper stack keeps
@@ -28,6 +28,27 @@ fn zombie_slot(t: &Target, snap: &Snapshot, b: &[u8]) -> Option<u64> {
     let off = t.layout.code_zombieframe?;
     let code = rd_u64(b, t.layout.frame_code as usize);
     (code != 0).then(|| snap.u64(code + off).map_or_else(|| t.mem.u64(code + off).ok(), Some))?
+}
+
+/// Where the bytecode a frame runs starts (3.11+): its code object's own
+/// `co_code_adaptive`, or, for a frame of a free-threaded 3.14+ thread with
+/// its own copy (`tlbc_index` not 0), entry `tlbc_index` of the code's
+/// `co_tlbc` array. Two or three reads then: the array's size bounds the
+/// index, so a torn index is not followed.
+fn bytecode_of(t: &Target, code: u64, tlbc_index: u32) -> Result<u64, FrameErr> {
+    let l = &t.layout;
+    let own = code + l.code_code_adaptive.unwrap_or(0);
+    let Some(off) = l.code_tlbc.filter(|_| tlbc_index != 0) else { return Ok(own) };
+    let array = t.mem.u64(code + off)?;
+    if array == 0 || array % 8 != 0 {
+        return Err(FrameErr::Torn);
+    }
+    let size = t.mem.u64(array)?;
+    if tlbc_index as u64 >= size.min(1 << 16) {
+        return Err(FrameErr::Torn);
+    }
+    let copy = t.mem.u64(array + 8 + 8 * tlbc_index as u64)?;
+    Ok(if copy == 0 { own } else { copy })
 }
 
 /// A generator frame met running: the caller that resumed it, and the
@@ -289,13 +310,22 @@ pub(crate) fn walk_from(
             }
             Err(FrameErr::Io(e)) => return Err(e),
         };
-        let unit = |code: u64| (instr_raw as i64 - (code + l.code_code_adaptive.unwrap_or(0)) as i64) / 2;
+        let tlbc_index = l.frame_tlbc_index.map_or(0, |o| rd_u32(&b, o as usize));
+        let bytecode = match bytecode_of(t, code, tlbc_index) {
+            Ok(a) => a,
+            Err(FrameErr::Torn) => {
+                w.end = End::Torn;
+                break;
+            }
+            Err(FrameErr::Io(e)) => return Err(e),
+        };
+        let unit = (instr_raw as i64 - bytecode as i64) / 2;
         let found = e.is_some();
         if let Some(e) = e.filter(|e| !t.is_shim_code(code, &e.name, &e.file)) {
             let addr: i64 = match l.instr_kind {
                 InstrKind::LastiBytes => (instr_raw as u32 as i32) as i64,
                 InstrKind::LastiUnits => (instr_raw as u32 as i32) as i64 * 2,
-                InstrKind::Pointer => unit(code),
+                InstrKind::Pointer => unit,
             };
             let line = e.lines.line(addr.clamp(0, u32::MAX as i64) as u32);
             w.top_shown |= depth == 1;
@@ -305,7 +335,7 @@ pub(crate) fn walk_from(
             w.evals.close(w.frames.len());
         }
         if let Some(want) = resumed_by.and_then(|g| g.instr).filter(|_| found) {
-            match cache.returns_at(t, code, unit(code)) {
+            match cache.returns_at(t, code, unit) {
                 Ok(true) => expect = Some(want),
                 Ok(false) => {}
                 Err(FrameErr::Torn) => {

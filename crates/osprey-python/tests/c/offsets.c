@@ -5,6 +5,7 @@
 #include <Python.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #if PY_VERSION_HEX >= 0x03090000
 #include "internal/pycore_runtime.h"
 #endif
@@ -98,6 +99,19 @@ int main(void) {
     P("unicode.ascii_size", sizeof(PyASCIIObject));
     P("unicode.compact_size", sizeof(PyCompactUnicodeObject));
     P("unicode.length", offsetof(PyASCIIObject, length));
+    {
+        /* The first bit of `state.kind`, found by setting it alone. */
+        PyASCIIObject o;
+        unsigned int w;
+        memset(&o, 0, sizeof o);
+        o.state.kind = 1;
+        memcpy(&w, &o.state, sizeof w);
+        P("unicode.kind_bit", __builtin_ctz(w));
+    }
+#if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030E0000
+    P("frame.tlbc_index", offsetof(_PyInterpreterFrame, tlbc_index));
+    P("code.tlbc", offsetof(PyCodeObject, co_tlbc));
+#endif
     P("bytes.size", offsetof(PyBytesObject, ob_base.ob_size));
     P("object.type", offsetof(PyObject, ob_type));
 #if PY_VERSION_HEX >= 0x03090000
