@@ -62,22 +62,30 @@ fn a_rust_release_build_keeps_its_split_and_reaches_main() {
         .status()
         .unwrap();
     assert!(st.success());
-    let target = Command::new(&bin).arg("3").stdout(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    let all = stacks(&attach(target.id(), "2", &[], &dir).0, "cpu");
-    let (out, code) = finish(target);
-    assert_eq!((out.as_str(), code), ("ok 1\n", Some(0)));
+    // A statistical figure on shared cores: measured once more when it
+    // misses (a systematic error misses both times).
+    osprey_testkit::run::rerun_on_noise(2, |last| {
+        let target = Command::new(&bin).arg("3").stdout(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let all = stacks(&attach(target.id(), "2", &[], &dir).0, "cpu");
+        let (out, code) = finish(target);
+        assert_eq!((out.as_str(), code), ("ok 1\n", Some(0)));
+        let has = |s: &(Vec<String>, i64), f: &str| s.0.iter().any(|n| n.ends_with(f));
+        let total: i64 = all.iter().map(|s| s.1).sum();
+        let work: Vec<i64> =
+            ["::seventy", "::thirty"].iter().map(|f| all.iter().filter(|s| has(s, f)).map(|s| s.1).sum()).collect();
+        let share = work[0] as f64 * 100.0 / (work[0] + work[1]).max(1) as f64;
+        let rooted: i64 = all.iter().filter(|s| has(s, "attach_spin::main")).map(|s| s.1).sum();
+        let reach = rooted as f64 * 100.0 / total.max(1) as f64;
+        eprintln!("seventy {share:.1}% of the work, {reach:.1}% reaches attach_spin::main");
+        assert!(reach >= 95.0, "{reach:.1}% reaches main: {:?}", &all[..all.len().min(5)]);
+        if (share - 70.0).abs() > 6.0 && !last {
+            return None;
+        }
+        assert!((share - 70.0).abs() <= 6.0, "seventy {share:.1}%: {:?}", &all[..all.len().min(5)]);
+        Some(())
+    });
     let _ = std::fs::remove_dir_all(&dir);
-    let has = |s: &(Vec<String>, i64), f: &str| s.0.iter().any(|n| n.ends_with(f));
-    let total: i64 = all.iter().map(|s| s.1).sum();
-    let work: Vec<i64> =
-        ["::seventy", "::thirty"].iter().map(|f| all.iter().filter(|s| has(s, f)).map(|s| s.1).sum()).collect();
-    let share = work[0] as f64 * 100.0 / (work[0] + work[1]).max(1) as f64;
-    let rooted: i64 = all.iter().filter(|s| has(s, "attach_spin::main")).map(|s| s.1).sum();
-    let reach = rooted as f64 * 100.0 / total.max(1) as f64;
-    eprintln!("seventy {share:.1}% of the work, {reach:.1}% reaches attach_spin::main");
-    assert!((share - 70.0).abs() <= 6.0, "seventy {share:.1}%: {:?}", &all[..all.len().min(5)]);
-    assert!(reach >= 95.0, "{reach:.1}% reaches main: {:?}", &all[..all.len().min(5)]);
 }
 
 #[test]
