@@ -570,7 +570,7 @@ impl DebugOffsets {
                 let code = g("code_object.size")?;
                 let tlbc_index = g("interpreter_frame.tlbc_index")?;
                 let tlbc = g("code_object.co_tlbc")?;
-                if tlbc_index + 4 > frame || tlbc + 8 > code || tlbc % 8 != 0 {
+                if tlbc_index.saturating_add(4) > frame || tlbc.saturating_add(8) > code || tlbc % 8 != 0 {
                     return Err(Invalid(format!(
                         "per-thread bytecode fields (tlbc_index {tlbc_index}, co_tlbc {tlbc}) outside their structs ({frame}, {code})"
                     )));

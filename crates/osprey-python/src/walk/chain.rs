@@ -37,9 +37,9 @@ fn zombie_slot(t: &Target, snap: &Snapshot, b: &[u8]) -> Option<u64> {
 /// index, so a torn index is not followed.
 fn bytecode_of(t: &Target, code: u64, tlbc_index: u32) -> Result<u64, FrameErr> {
     let l = &t.layout;
-    let own = code + l.code_code_adaptive.unwrap_or(0);
+    let own = code.wrapping_add(l.code_code_adaptive.unwrap_or(0));
     let Some(off) = l.code_tlbc.filter(|_| tlbc_index != 0) else { return Ok(own) };
-    let array = t.mem.u64(code + off)?;
+    let array = t.mem.u64(code.wrapping_add(off))?;
     if array == 0 || array % 8 != 0 {
         return Err(FrameErr::Torn);
     }
@@ -47,7 +47,7 @@ fn bytecode_of(t: &Target, code: u64, tlbc_index: u32) -> Result<u64, FrameErr> 
     if tlbc_index as u64 >= size.min(1 << 16) {
         return Err(FrameErr::Torn);
     }
-    let copy = t.mem.u64(array + 8 + 8 * tlbc_index as u64)?;
+    let copy = t.mem.u64(array.wrapping_add(8 + 8 * tlbc_index as u64))?;
     Ok(if copy == 0 { own } else { copy })
 }
 
@@ -319,7 +319,8 @@ pub(crate) fn walk_from(
             }
             Err(FrameErr::Io(e)) => return Err(e),
         };
-        let unit = (instr_raw as i64 - bytecode as i64) / 2;
+        // Garbage in a torn frame must not overflow: wrapping, then clamped below.
+        let unit = (instr_raw as i64).wrapping_sub(bytecode as i64) / 2;
         let found = e.is_some();
         if let Some(e) = e.filter(|e| !t.is_shim_code(code, &e.name, &e.file)) {
             let addr: i64 = match l.instr_kind {
