@@ -236,35 +236,44 @@ fn idle_threads_cost_bounded() {
     let dir = tempdir("idle");
     let exe = compile_named(C_DIR, "wall_idle", &dir);
     let seconds = 3.0;
-    let mut added = vec![];
-    for n in [10, 100, 1000] {
-        let args = [n.to_string(), seconds.to_string()];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let cpu = |mode| {
-            let runs: Vec<Run> = (0..2).map(|_| run(mode, &dir, &exe, &args)).collect();
-            for r in &runs {
-                assert_eq!(r.code, Some(0), "{}", r.stderr);
-            }
-            let least = runs.iter().map(|r| r.cpu_ns).min().unwrap();
-            (least, runs)
-        };
-        let ((off, _), (on, on_runs)) = (cpu(Mode::Osprey), cpu(Mode::Wall));
-        let per_second = (on - off) as f64 / 1e9 / seconds;
-        eprintln!(
-            "{n} idle threads: process CPU {} ms without --wall, {} ms with (+{:.2}% of a core)",
-            off / 1_000_000,
-            on / 1_000_000,
-            per_second * 100.0
-        );
-        let wall_ns: i64 = wall_samples(&on_runs[0].profiles).iter().map(|s| s.ns).sum();
-        let expected = (n as f64 + 1.0) * seconds * 1e9;
-        eprintln!("  wall time accounted: {:.1}% of (threads × seconds)", wall_ns as f64 / expected * 100.0);
-        assert!(wall_ns as f64 >= 0.8 * expected, "{n} threads: {wall_ns} ns of wall time");
-        added.push(per_second);
-    }
-    assert!(added.iter().all(|&a| a < 0.15), "--wall costs more than 15% of a core: {added:?}");
-    // 1,000 threads cost 3.5-4.5 times 10 (their list, re-read every 200 ms,
-    // and one name read each); a sampler that read every thread anew at
-    // every tick cost 7 times.
-    assert!(added[2] < 5.0 * added[0].max(0.01), "cost grows with idle threads: {added:?}");
+    // A ratio of small CPU figures on shared cores: measured once more when
+    // it misses (a cost that grows with the threads misses both times).
+    osprey_testkit::run::rerun_on_noise(2, |last| {
+        let mut added = vec![];
+        for n in [10, 100, 1000] {
+            let args = [n.to_string(), seconds.to_string()];
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let cpu = |mode| {
+                let runs: Vec<Run> = (0..2).map(|_| run(mode, &dir, &exe, &args)).collect();
+                for r in &runs {
+                    assert_eq!(r.code, Some(0), "{}", r.stderr);
+                }
+                let least = runs.iter().map(|r| r.cpu_ns).min().unwrap();
+                (least, runs)
+            };
+            let ((off, _), (on, on_runs)) = (cpu(Mode::Osprey), cpu(Mode::Wall));
+            let per_second = (on - off) as f64 / 1e9 / seconds;
+            eprintln!(
+                "{n} idle threads: process CPU {} ms without --wall, {} ms with (+{:.2}% of a core)",
+                off / 1_000_000,
+                on / 1_000_000,
+                per_second * 100.0
+            );
+            let wall_ns: i64 = wall_samples(&on_runs[0].profiles).iter().map(|s| s.ns).sum();
+            let expected = (n as f64 + 1.0) * seconds * 1e9;
+            eprintln!("  wall time accounted: {:.1}% of (threads × seconds)", wall_ns as f64 / expected * 100.0);
+            assert!(wall_ns as f64 >= 0.8 * expected, "{n} threads: {wall_ns} ns of wall time");
+            added.push(per_second);
+        }
+        assert!(added.iter().all(|&a| a < 0.15), "--wall costs more than 15% of a core: {added:?}");
+        // 1,000 threads cost 3.5-4.5 times 10 (their list, re-read every 200 ms,
+        // and one name read each); a sampler that read every thread anew at
+        // every tick cost 7 times.
+        let grows = added[2] >= 5.0 * added[0].max(0.01);
+        if grows && !last {
+            return None;
+        }
+        assert!(!grows, "cost grows with idle threads: {added:?}");
+        Some(())
+    });
 }
