@@ -94,9 +94,6 @@ pub struct Discovery {
     checked: HashMap<i32, (u64, u64)>,
     /// CPU ns of unregistered threads at the last check.
     unregistered: HashMap<i32, u64>,
-    /// Threads whose tid was retired, found alive at the last check, with
-    /// their CPU ns then.
-    retiring: HashMap<i32, u64>,
     /// Accounted since the last `take_unsampled`.
     unsampled: HashMap<Unsampled, u64>,
     /// The events of threads that block the signal.
@@ -305,7 +302,6 @@ impl Discovery {
         let signal = STATE.sample_signal.load(Relaxed);
         let mut checked = HashMap::new();
         let mut unregistered = HashMap::new();
-        let mut retiring = HashMap::new();
         let mut newly_blocked = vec![];
         for &tid in tids {
             if is_internal(tid) {
@@ -313,22 +309,10 @@ impl Discovery {
             }
             let Some(cpu) = thread_cpu_ns(tid) else { continue };
             let Some((_, rec)) = reg.lookup(tid) else {
-                let mut first = if self.checked_once { 0 } else { cpu };
                 if reg.retired_recently(tid) {
-                    match self.retiring.get(&tid) {
-                        // Still there a whole check after: the tid is a new
-                        // thread's, not registered yet; its CPU counts from then.
-                        Some(&then) => {
-                            reg.forget_retired(tid);
-                            first = then;
-                        }
-                        // On its way out: its exit path charged its CPU.
-                        None => {
-                            retiring.insert(tid, cpu);
-                            continue;
-                        }
-                    }
+                    continue; // on its way out: its exit path charged its CPU
                 }
+                let first = if self.checked_once { 0 } else { cpu };
                 let before = self.unregistered.get(&tid).copied().unwrap_or(first);
                 *self.unsampled.entry(Unsampled::Unregistered).or_default() += cpu.saturating_sub(before);
                 self.unregistered_busy |= cpu > before;
@@ -398,7 +382,6 @@ impl Discovery {
         }
         self.checked = checked;
         self.unregistered = unregistered;
-        self.retiring = retiring;
         self.checked_once = true;
         self.uncharged_at_check = uncharged_ns().map(|u| (u, sys::monotonic_ns()));
     }
