@@ -20,8 +20,7 @@
 //!   `tid_table[tid] == index + 1` exactly while that holds. `retire` leaves
 //!   `(index + 1) | RETIRED_BIT` instead of 0: the tid stays known as one
 //!   whose exit path charged its CPU (however many threads exit at once)
-//!   until a thread claims it again or discovery forgets it
-//!   ([`Registry::forget_retired`]).
+//!   until a thread claims it again.
 //! - Records are never unmapped; a retired record goes back to the free list
 //!   only after the collector drained its sample ring (`recycle`).
 //! - A record whose ring holds samples not yet drained, or that is retired

@@ -152,23 +152,11 @@ impl Registry {
 
     /// Whether `tid` gave up its record and no thread claimed it since: a
     /// thread on its way out whose CPU time its exit path charged (or a dead
-    /// tid, or one the kernel gave to a thread not registered yet; see
-    /// [`Registry::forget_retired`]). Discovery does not count such a
-    /// thread's CPU as an unregistered thread's.
+    /// tid, or one the kernel gave to a thread not registered yet).
+    /// Discovery does not count such a thread's CPU as an unregistered
+    /// thread's.
     pub fn retired_recently(&self, tid: i32) -> bool {
         self.tid_slot(tid).is_some_and(|s| s.load(Acquire) & RETIRED_BIT != 0)
-    }
-
-    /// Forgets that `tid` retired: discovery found it alive well after its
-    /// retire, so the kernel gave it to a new thread that did not register
-    /// (yet). A claim that comes later finds the entry empty, as for any tid.
-    pub fn forget_retired(&self, tid: i32) {
-        if let Some(slot) = self.tid_slot(tid) {
-            let v = slot.load(Acquire);
-            if v & RETIRED_BIT != 0 {
-                let _ = slot.compare_exchange(v, 0, AcqRel, Acquire);
-            }
-        }
     }
 
     /// Puts a drained, retired record back on the free list. Collector only.
