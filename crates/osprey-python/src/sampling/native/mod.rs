@@ -4,7 +4,8 @@
 //!
 //! A thread that is running is not stopped: a perf event armed for one
 //! sample ([`osprey_perf::OneShot`]) copies its registers and the top of its
-//! stack after 10 µs of its CPU time, between two reads of its Python stack;
+//! stack after 10 µs of its CPU time, between two reads of its Python stack
+//! (the second one right after the sample, and the sample unwound after it);
 //! a sample in a C extension or a library is kept only when both reads show
 //! the same calls (so the sample ran them too), one in Python code with a
 //! read that merges with it whole. The native stack is unwound with the CFI
@@ -81,7 +82,8 @@ pub struct NativeStats {
     pub missed: u64,
     /// One-shot samples dropped because the Python stack moved on around
     /// them: in a C extension or a library, the reads before and after
-    /// showed different calls; in Python code, neither read merged whole.
+    /// showed different calls; in Python code, neither read merged whole;
+    /// or the read after came too late to tell.
     pub moved: u64,
     /// Stacks merged whole.
     pub matched: u64,
@@ -139,6 +141,8 @@ pub struct Native {
     /// (a count of arms).
     shots: HashMap<i32, (Option<osprey_perf::OneShot>, u64)>,
     arms: u64,
+    /// The one-shot sample last taken, not unwound yet.
+    taken: Taken,
     /// Why the last one-shot sample could not be opened.
     pub shot_error: Option<String>,
     /// How merges went.
@@ -162,6 +166,7 @@ impl Native {
             unknown_code: false,
             shots: HashMap::new(),
             arms: 0,
+            taken: Taken::default(),
             shot_error: None,
             stats: NativeStats::default(),
         };
@@ -297,29 +302,40 @@ impl Native {
         shot.0.as_mut()
     }
 
-    /// The native stack of the sample armed for `tid` (as [`Native::unwind`]);
-    /// None if the thread did not run the 10 µs the sample waits for within
-    /// [`SHOT_WAIT`].
-    pub fn take(&mut self, tid: i32) -> Option<(Vec<u64>, bool)> {
+    /// Takes the sample armed for `tid`: its registers and stack are kept
+    /// for [`Native::unwind_taken`] (unwound after the next Python read, so
+    /// that the read follows the sample closely). Returns when the sample
+    /// was taken (`CLOCK_MONOTONIC` ns); None if the thread did not run the
+    /// 10 µs the sample waits for within [`SHOT_WAIT`].
+    pub fn take(&mut self, tid: i32) -> Option<u64> {
         let shot = self.shots.get_mut(&tid)?.0.as_mut()?;
-        let set = &self.set;
-        let mut walked = None;
+        let taken = &mut self.taken;
+        taken.regs = None;
         let _ = shot.take(SHOT_WAIT, |s| {
             let Some(r) = s.regs else { return };
-            let (base, copy) = (r.sp, s.stack);
-            let read = |a: u64| {
-                let off = usize::try_from(a.checked_sub(base)?).ok()?;
-                Some(u64::from_le_bytes(copy.get(off..off.checked_add(8)?)?.try_into().ok()?))
-            };
-            walked = Some(walk(set, Regs { pc: r.ip, sp: r.sp, fp: r.bp }, read));
+            taken.regs = Some((Regs { pc: r.ip, sp: r.sp, fp: r.bp }, s.time));
+            taken.stack.clear();
+            taken.stack.extend_from_slice(s.stack);
         });
-        match walked {
-            Some(w) => Some(self.walked(w)),
+        match taken.regs {
+            Some((_, time)) => Some(time),
             None => {
                 self.stats.missed += 1;
                 None
             }
         }
+    }
+
+    /// The native stack of the sample last taken (as [`Native::unwind`]).
+    pub fn unwind_taken(&mut self) -> Option<(Vec<u64>, bool)> {
+        let (regs, _) = self.taken.regs.take()?;
+        let (base, copy) = (regs.sp, &self.taken.stack);
+        let read = |a: u64| {
+            let off = usize::try_from(a.checked_sub(base)?).ok()?;
+            Some(u64::from_le_bytes(copy.get(off..off.checked_add(8)?)?.try_into().ok()?))
+        };
+        let walked = walk(&self.set, regs, read);
+        Some(self.walked(walked))
     }
 
     /// For a sample in Python code (the native frames above the innermost
@@ -425,6 +441,14 @@ fn walk(set: &ModuleSet, regs: Regs, read: impl FnMut(u64) -> Option<u64>) -> (V
     let w = unwind(set, regs, read, &mut frames);
     frames.truncate(w.len);
     (frames, !w.truncated)
+}
+
+/// A one-shot sample's registers (with when it was taken) and stack copy;
+/// the buffer is reused from sample to sample.
+#[derive(Default)]
+struct Taken {
+    regs: Option<(Regs, u64)>,
+    stack: Vec<u8>,
 }
 
 /// The vDSO's mapping in `maps`, if any (its image is read from the target).
