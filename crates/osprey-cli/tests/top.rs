@@ -67,32 +67,40 @@ fn batch_tables_rank_a_frameless_split_and_leave_the_target_unchanged() {
     assert!(Command::new(&bin).arg("50").output().unwrap().status.success());
     let cycles = format!("{:.0}", (50.0 * 6.0 / t0.elapsed().as_secs_f64()).max(100.0));
     let alone = Command::new(&bin).arg(&cycles).output().unwrap();
-    let mut target = Command::new(&bin).arg(&cycles).stdout(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    let o = Command::new(osprey())
-        .args(["top", "--pid", &target.id().to_string(), "--duration", "3.5", "--hz", "200", "--interval", "1"])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "{:?}: {}", o.status, String::from_utf8_lossy(&o.stderr));
-    let mut stdout = String::new();
-    target.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-    assert_eq!(target.wait().unwrap().code(), alone.status.code(), "exit status changed under top");
-    assert_eq!(stdout, String::from_utf8_lossy(&alone.stdout), "output changed under top");
+    // The split is statistical (shared cores: a burst of steal lands on
+    // whichever function runs): measured once more when it misses.
+    let (out, rows) = osprey_testkit::run::rerun_on_noise(2, |last| {
+        let mut target = Command::new(&bin).arg(&cycles).stdout(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let o = Command::new(osprey())
+            .args(["top", "--pid", &target.id().to_string(), "--duration", "3.5", "--hz", "200", "--interval", "1"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{:?}: {}", o.status, String::from_utf8_lossy(&o.stderr));
+        let mut stdout = String::new();
+        target.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+        assert_eq!(target.wait().unwrap().code(), alone.status.code(), "exit status changed under top");
+        assert_eq!(stdout, String::from_utf8_lossy(&alone.stdout), "output changed under top");
 
-    assert!(out.matches("%OWN").count() >= 3, "a table per interval:\n{out}");
-    let rows = last_table(&out);
-    // Ranked by own time: the three workers first, in the order of their
-    // work, in the last whole interval's table (the final one covers the
-    // half second before --duration ends: too few samples to rank by).
-    let first: Vec<&str> =
-        out.rsplit("%OWN").nth(1).unwrap().lines().skip(1).take(3).map(|l| l.rsplit(' ').next().unwrap()).collect();
-    assert_eq!(first, ["fifty", "thirty", "twenty"], "{out}");
-    let split = shares(&rows, &["fifty", "thirty", "twenty"], &out);
-    eprintln!("split since the start {split:.1?}");
-    for (got, want) in split.iter().zip([50.0, 30.0, 20.0]) {
-        assert!((got - want).abs() <= 5.0, "split {split:.1?}, want 50/30/20 within 5 points:\n{out}");
-    }
+        assert!(out.matches("%OWN").count() >= 3, "a table per interval:\n{out}");
+        let rows = last_table(&out);
+        // Ranked by own time: the three workers first, in the order of their
+        // work, in the last whole interval's table (the final one covers the
+        // half second before --duration ends: too few samples to rank by).
+        let first: Vec<&str> =
+            out.rsplit("%OWN").nth(1).unwrap().lines().skip(1).take(3).map(|l| l.rsplit(' ').next().unwrap()).collect();
+        let split = shares(&rows, &["fifty", "thirty", "twenty"], &out);
+        eprintln!("split since the start {split:.1?}");
+        let close = split.iter().zip([50.0, 30.0, 20.0]).all(|(got, want)| (got - want).abs() <= 5.0);
+        let ranked = first == ["fifty", "thirty", "twenty"];
+        if !(ranked && close || last) {
+            return None;
+        }
+        assert_eq!(first, ["fifty", "thirty", "twenty"], "{out}");
+        assert!(close, "split {split:.1?}, want 50/30/20 within 5 points:\n{out}");
+        Some((out, rows))
+    });
     // Total time: the frameless stacks reach main and start_thread.
     let reach = rows["main"].total_pct + rows["start_thread"].total_pct;
     assert!(reach >= 95.0, "{reach:.1}% of the last interval reaches main or start_thread:\n{out}");
