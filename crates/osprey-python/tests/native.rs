@@ -171,4 +171,6 @@ osprey_testkit::per_interpreter!(only mixed_stacks;
     forky313 => "forky-3.13",
     forky314 => "forky-3.14",
     forky315_pidns => "forky-3.15-pidns",
+    ft313 => "3.13t",
+    ft314 => "3.14t",
 );

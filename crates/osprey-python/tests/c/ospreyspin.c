@@ -12,4 +12,12 @@ static PyObject *spin(PyObject *self, PyObject *arg) {
 }
 static PyMethodDef methods[] = {{"spin", spin, METH_O, "burn"}, {NULL, NULL, 0, NULL}};
 static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "ospreyspin", NULL, -1, methods};
-PyMODINIT_FUNC PyInit_ospreyspin(void) { return PyModule_Create(&mod); }
+PyMODINIT_FUNC PyInit_ospreyspin(void) {
+    PyObject *m = PyModule_Create(&mod);
+#ifdef Py_GIL_DISABLED
+    /* Free-threaded builds: keep the GIL off (a module that does not say
+       so turns it on at import). */
+    if (m) PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
+#endif
+    return m;
+}
