@@ -64,16 +64,9 @@ pub fn unregister_current() {
     let me = sys::gettid();
     if let Some((slot, rec)) = reg.lookup(me) {
         cpu_clock::disarm(rec);
+        // For samples drained after it is gone: renames included.
+        leave_name(rec, me);
         charge_remainder(reg, slot, rec, me);
-        // The name as the thread leaves (renames included), for samples drained after it is gone.
-        let mut name = [0u8; 16];
-        // SAFETY: PR_GET_NAME writes at most 16 bytes into `name`.
-        if unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) } == 0 {
-            let word = |i: usize| u64::from_ne_bytes(name[i..i + 8].try_into().unwrap_or([0; 8]));
-            rec.exit_tid.store(me, Relaxed);
-            rec.exit_name[0].store(word(0), Relaxed);
-            rec.exit_name[1].store(word(8), Release);
-        }
         reg.retire(me);
         // A sample raised before the disarm would be dropped as unregistered
         // after the unblock, and its CPU is in the remainder just charged.
@@ -91,7 +84,24 @@ pub fn charge_current_remainder() {
     let _blocked = SignalBlock::all();
     let me = sys::gettid();
     if let Some((slot, rec)) = reg.lookup(me) {
+        // A thread the collector has not named yet (a short process's
+        // only one) is named from here, before the sample that shows it:
+        // one system call, no `/proc` read.
+        leave_name(rec, me);
         charge_remainder(reg, slot, rec, me);
+    }
+}
+
+/// Leaves the calling thread's name (`me`) in its record, as the collector
+/// reads it (`Record::exit_name`).
+fn leave_name(rec: &Record, me: i32) {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes into `name`.
+    if unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) } == 0 {
+        let word = |i: usize| u64::from_ne_bytes(name[i..i + 8].try_into().unwrap_or([0; 8]));
+        rec.exit_tid.store(me, Relaxed);
+        rec.exit_name[0].store(word(0), Relaxed);
+        rec.exit_name[1].store(word(8), Release);
     }
 }
 

@@ -164,12 +164,17 @@ impl Aggregator {
             let retired = rec.state() == RecordState::Retired;
             // A retired record's tid is already 0: its samples still name the thread.
             let mut tid = rec.tid.load(Relaxed);
-            // Every sample of the thread (its ring's, its perf event's) takes
-            // the name it left with, even where one was read before a rename.
-            if let Some(n) = if retired { rec.exit_name() } else { None } {
+            // Every sample of an exited thread (its ring's, its perf event's)
+            // takes the name it left with, even where one was read before a
+            // rename; a live thread's exit-path name serves where it has none
+            // yet (later renames are read at the next flushes, as for any
+            // thread). The name is read first: its Acquire makes `exit_tid`,
+            // stored before it, the tid it names.
+            if let Some(n) = rec.exit_name() {
                 let t = rec.exit_tid.load(Relaxed);
-                if t > 0 {
+                if t > 0 && (retired || !self.names.contains_key(&t)) {
                     self.names.insert(t, n);
+                    self.named_since_flush.insert(t);
                 }
             }
             rec.ring.drain(|s| {

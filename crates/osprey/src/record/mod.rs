@@ -108,8 +108,10 @@ pub struct Record {
     pub lost: Lost,
     /// Samples taken on this thread.
     pub samples: AtomicU64,
-    /// The thread's name (`comm`, NUL-padded) as it exited, so samples
-    /// drained after it is gone still carry its name; zero while it lives.
+    /// The thread's name (`comm`, NUL-padded) as it exited, or as the
+    /// process's exit path found it (`exit`, `_exit`, an exec): samples
+    /// drained after it is gone still carry its name, and a thread never
+    /// named costs no `/proc` read. Zero before that.
     pub exit_name: [AtomicU64; 2],
     /// The tid whose name `exit_name` is (a retired record's `tid` is 0).
     pub exit_tid: AtomicI32,
