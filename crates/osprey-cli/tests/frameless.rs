@@ -90,15 +90,21 @@ fn share(stacks: &[Stack], of: impl Fn(&Stack) -> bool, what: impl Fn(&Stack) ->
 fn frameless_c_reaches_main_and_the_zlib_caller() {
     let dir = tempdir("c");
     let bin = frameless_c(&dir);
-    let (stacks, pid) = profile("split", 1000, &bin, &["split", "8"]);
-    let main_thread = |s: &Stack| s.tid == pid;
-    let to_main = share(&stacks, main_thread, |s| s.has("main"));
-    assert!(to_main >= 95.0, "{to_main:.1}% of the main thread's samples reach main");
-    let hot = |s: &Stack| s.has("hot_a") || s.has("hot_b") || s.has("hot_c");
-    let split: Vec<f64> = ["hot_a", "hot_b", "hot_c"].iter().map(|h| share(&stacks, hot, |s| s.has(h))).collect();
-    for (got, want) in split.iter().zip([50.0, 30.0, 20.0]) {
-        assert!((got - want).abs() <= 3.0, "split {split:.1?}, want 50/30/20 within 3 points");
-    }
+    // The split is statistical (shared cores: a CI run got 47.6/33.1/19.4):
+    // measured once more when it misses; a systematic error misses both times.
+    let (stacks, pid) = osprey_testkit::run::rerun_on_noise(2, |last| {
+        let (stacks, pid) = profile("split", 1000, &bin, &["split", "8"]);
+        let to_main = share(&stacks, |s| s.tid == pid, |s| s.has("main"));
+        assert!(to_main >= 95.0, "{to_main:.1}% of the main thread's samples reach main");
+        let hot = |s: &Stack| s.has("hot_a") || s.has("hot_b") || s.has("hot_c");
+        let split: Vec<f64> = ["hot_a", "hot_b", "hot_c"].iter().map(|h| share(&stacks, hot, |s| s.has(h))).collect();
+        let close = split.iter().zip([50.0, 30.0, 20.0]).all(|(got, want)| (got - want).abs() <= 3.0);
+        if !(close || last) {
+            return None;
+        }
+        assert!(close, "split {split:.1?}, want 50/30/20 within 3 points");
+        Some((stacks, pid))
+    });
     let zlib = |s: &Stack| {
         s.tid != pid
             && s.names
