@@ -1,7 +1,7 @@
 //! Running children and measuring CPU: the child's own CPU time from
 //! `wait4`, a deadline on a child that may hang, the calling thread's CPU
-//! clock, the lock that keeps measuring tests apart, and the median that
-//! measurements are compared by.
+//! clock, the time the hypervisor stole, the lock that keeps measuring tests
+//! apart, and the median that measurements are compared by.
 
 use osprey_pprof::pprof::Profile;
 use std::io::Read;
@@ -107,6 +107,37 @@ pub fn thread_cpu() -> Duration {
     // SAFETY: valid out pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The share of the machine's CPU time the hypervisor stole since
+/// [`Steal::start`] (`/proc/stat`). A perf clock counts time stolen while its
+/// thread is current, a thread's CPU clock does not: a rate of perf-clocked
+/// samples against CPU time is off by up to this share.
+pub struct Steal {
+    start: (u64, u64),
+}
+
+impl Steal {
+    /// Counts from now.
+    pub fn start() -> Steal {
+        Steal { start: steal_and_all_ticks() }
+    }
+
+    /// Stolen ticks over all ticks since [`Steal::start`] (0 to 1).
+    pub fn share(&self) -> f64 {
+        let (s, a) = steal_and_all_ticks();
+        (s - self.start.0) as f64 / (a - self.start.1).max(1) as f64
+    }
+}
+
+/// Stolen and all CPU ticks of the machine so far (the `cpu` line of `/proc/stat`).
+fn steal_and_all_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let line = stat.lines().next().expect("a cpu line");
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).filter_map(|t| t.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal guest guest_nice; guest
+    // time is already in user time.
+    (ticks.get(7).copied().unwrap_or(0), ticks.iter().take(8).sum())
 }
 
 /// Burns `d` of the calling thread's CPU time: on a loaded machine this takes

@@ -7,9 +7,13 @@
 //! process): fewer samples, the same CPU time. So does a handler slower than
 //! the period (the debug build's walk at 10 kHz on a loaded machine): it
 //! takes the signals that came meanwhile off the queue into its sample's
-//! weight, and they count as delivered (`STATE.folded`).
+//! weight, and they count as delivered (`STATE.folded`). A perf clock also
+//! counts the time the hypervisor stole while its thread was current, which
+//! the thread's CPU time leaves out: its signals may exceed the rate by the
+//! machine's steal share (the CPU they stand for is charged from the
+//! thread's CPU clock, so it may not).
 
-use osprey_testkit::run::{burn_cpu, thread_cpu};
+use osprey_testkit::run::{burn_cpu, thread_cpu, Steal};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -61,24 +65,29 @@ fn delivers_expected_samples() {
         // CI runs one thread's clock delivered nothing (its CPU still
         // accounted); the clocks each thread had are printed.
         let mut attempt = 0;
-        let (samples, weighted_ns, cpu_ns, ratio) = loop {
+        let (samples, weighted_ns, cpu_ns, ratio, steal) = loop {
             attempt += 1;
+            let steal = Steal::start();
             let ((samples, weighted_ns, cpu_ns), clocks) = measure(hz, secs);
+            let steal = steal.share();
             let ratio = samples as f64 / (cpu_ns as f64 / 1e9 * hz as f64);
             if folds || ratio >= 0.95 || attempt == 3 {
-                break (samples, weighted_ns, cpu_ns, ratio);
+                break (samples, weighted_ns, cpu_ns, ratio, steal);
             }
             eprintln!("{hz} Hz: {:.1}% of the expected signals (clocks {clocks:?}), measuring again", ratio * 100.0);
         };
         let expected = cpu_ns as f64 / 1e9 * hz as f64;
         let cpu_ratio = weighted_ns as f64 / cpu_ns as f64;
         eprintln!(
-            "{hz} Hz: {samples} signals delivered, expected {expected:.0} ({:.1}%); CPU accounted {:.1}%",
+            "{hz} Hz: {samples} signals delivered, expected {expected:.0} ({:.1}%); CPU accounted {:.1}%; steal {:.1}%",
             ratio * 100.0,
-            cpu_ratio * 100.0
+            cpu_ratio * 100.0,
+            steal * 100.0
         );
         assert!(folds || ratio >= 0.95, "{hz} Hz: only {:.1}% of the expected signals", ratio * 100.0);
-        assert!(ratio <= 1.02, "{hz} Hz: more signals than CPU time allows ({:.1}%)", ratio * 100.0);
+        // Both vCPUs are busy, so the threads met about the machine's share.
+        let most = 1.02 + if folds { 0.0 } else { 2.0 * steal };
+        assert!(ratio <= most, "{hz} Hz: more signals than CPU time allows ({:.1}%)", ratio * 100.0);
         assert!((0.95..=1.05).contains(&cpu_ratio), "{hz} Hz: samples stand for {:.1}% of the CPU", cpu_ratio * 100.0);
     }
 }

@@ -10,7 +10,7 @@ use super::thread_state::{classify, State};
 use crate::error::Error;
 use crate::remote::kernel_thread::{ProcFiles, Sys};
 use crate::remote::process::{is_our_child, process_alive, uptime};
-use crate::remote::thread_cpu::TaskClock;
+use crate::remote::thread_cpu::{RunTime, TaskClock};
 use crate::sampling::otel_context::SpanIds;
 use crate::target::thread_states::{Method, ThreadStateMap};
 use crate::target::Target;
@@ -34,9 +34,9 @@ pub struct ThreadSample {
     pub frames: Vec<Frame>,
     /// Why the stack ends in a `[truncated]` frame, if it does.
     pub truncated: Option<End>,
-    /// The thread's exact CPU time (ns, from its [`TaskClock`], counted
-    /// from when the sampler first saw it, plus what a young thread used
-    /// before that), read after the stack.
+    /// The thread's CPU time (ns, its [`RunTime`], counted from when the
+    /// sampler first saw it, or from its start for a young thread), read
+    /// after the stack.
     pub thread_cpu: Option<u64>,
     /// Nanoseconds of GIL wait this sample accounts for (see [`crate::sampling::gilwait`]).
     pub gil_wait_ns: i64,
@@ -67,11 +67,8 @@ pub struct Sampler {
     tids: Vec<i32>,
     tids_at: Option<Instant>,
     pub stats: Stats,
-    /// Per-thread exact CPU clocks; None where one could not be opened.
-    clocks: HashMap<i32, Option<TaskClock>>,
-    /// CPU a young thread used before its clock was opened, added to what
-    /// its clock reads.
-    backfill: HashMap<i32, u64>,
+    /// Per-thread CPU clocks; None where they could not be opened.
+    clocks: HashMap<i32, Option<Clocks>>,
     /// Threads that started before this (seconds since boot) are charged
     /// only the CPU they use from their first sample on (`osprey attach`
     /// profiles from the moment it attaches); `None`: any young thread is
@@ -135,21 +132,45 @@ type ThreadRead = (std::io::Result<Stack>, u64, Option<SpanIds>);
 /// sample, the CPU they used since they started.
 const YOUNG: Duration = Duration::from_secs(1);
 
-/// The CPU (ns) thread `tid` used so far, if it started less than [`YOUNG`]
-/// ago and not before `since` (seconds since boot), from its start time in
-/// `/proc/.../stat` and its run time in `/proc/.../schedstat`.
-fn young_thread_cpu(pid: i32, tid: i32, since: Option<f64>) -> Option<u64> {
-    let stat = osprey_procfs::stat::read_task(pid, tid).ok()?;
-    let start_ticks = osprey_procfs::stat::Stat::parse(&stat)?.starttime()?;
-    let uptime = uptime()?;
+/// Whether thread `tid` started less than [`YOUNG`] ago and not before
+/// `since` (seconds since boot), from its start time in `/proc/.../stat`.
+fn is_young(pid: i32, tid: i32, since: Option<f64>) -> bool {
+    let Some(start_ticks) = osprey_procfs::stat::read_task(pid, tid)
+        .ok()
+        .and_then(|stat| osprey_procfs::stat::Stat::parse(&stat)?.starttime())
+    else {
+        return false;
+    };
+    let Some(uptime) = uptime() else { return false };
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let started = start_ticks as f64 / hz;
-    if uptime - started > YOUNG.as_secs_f64() || since.is_some_and(|s| started < s) {
-        return None;
+    uptime - started <= YOUNG.as_secs_f64() && !since.is_some_and(|s| started < s)
+}
+
+/// A thread's two CPU clocks (see [`crate::remote::thread_cpu`]): the
+/// task-clock tells whether it ran during a read, the run time, counted
+/// from `base`, is what it is charged.
+struct Clocks {
+    task: TaskClock,
+    run: RunTime,
+    /// The run time when the thread was first seen; 0 for a young thread,
+    /// charged from its start.
+    base: u64,
+}
+
+impl Clocks {
+    fn open(pid: i32, tid: i32, since: Option<f64>) -> Result<Clocks, String> {
+        let task = TaskClock::open(tid).map_err(|e| format!("perf_event_open: {e}"))?;
+        let run = RunTime::open(pid, tid).map_err(|e| format!("/proc/{pid}/task/{tid}/schedstat: {e}"))?;
+        let base = if is_young(pid, tid, since) { 0 } else { run.read().map_err(|e| format!("schedstat: {e}"))? };
+        Ok(Clocks { task, run, base })
     }
-    let sched = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
-    sched.split_whitespace().next()?.parse().ok()
+
+    /// The CPU the thread is charged so far (ns).
+    fn charged(&self) -> Option<u64> {
+        self.run.read().ok().map(|r| r.saturating_sub(self.base))
+    }
 }
 
 /// The process is gone (exited, or became a zombie).
@@ -190,7 +211,6 @@ impl Sampler {
             tids_at: None,
             stats: Stats::default(),
             clocks: HashMap::new(),
-            backfill: HashMap::new(),
             since: None,
             clock_error: None,
             last_pass: None,
@@ -239,7 +259,6 @@ impl Sampler {
         self.procs.retain(&tids);
         self.clocks.retain(|t, _| tids.contains(t));
         self.gil_waits.retain(&tids);
-        self.backfill.retain(|t, _| tids.contains(t));
         if let Some(n) = &mut self.native {
             n.retain_threads(&tids);
         }
@@ -404,18 +423,13 @@ impl Sampler {
                     continue;
                 }
             };
-            let fresh = !self.clocks.contains_key(&tid);
-            let clock = self.clocks.entry(tid).or_insert_with(|| {
-                TaskClock::open(tid).map_err(|e| self.clock_error = Some(format!("perf_event_open: {e}"))).ok()
-            });
-            if fresh && clock.is_some() {
-                // The clock counts from now; a thread that started recently
-                // (a worker forked or spawned just now) is charged from its
-                // start.
-                self.backfill.insert(tid, young_thread_cpu(pid, tid, self.since).unwrap_or(0));
-            }
+            let since = self.since;
+            let clock = self
+                .clocks
+                .entry(tid)
+                .or_insert_with(|| Clocks::open(pid, tid, since).map_err(|e| self.clock_error = Some(e)).ok());
             let t0 = Instant::now();
-            let before = clock.as_ref().and_then(|c| c.read().ok());
+            let before = clock.as_ref().and_then(|c| c.task.read().ok());
             let t1 = Instant::now();
             // `--native`: a running thread's native stack is sampled between
             // two reads of its Python stack, unless `--blocking` stops it (a
@@ -443,7 +457,9 @@ impl Sampler {
             let was_stopped = stopped.is_some();
             drop(stopped);
             let t2 = Instant::now();
-            let after = self.clocks.get(&tid).and_then(Option::as_ref).and_then(|c| c.read().ok());
+            let clock = self.clocks.get(&tid).and_then(Option::as_ref);
+            let after = clock.and_then(|c| c.task.read().ok());
+            let thread_cpu = clock.and_then(Clocks::charged);
             // From the middle of one clock read to the middle of the other.
             let window = ((t2 - t0) + (Instant::now() - t1)).as_nanos() as f64 / 2.0;
             let (mut frames, truncated) = match read {
@@ -524,7 +540,7 @@ impl Sampler {
                 tstate,
                 frames,
                 truncated,
-                thread_cpu: after.map(|a| a + self.backfill.get(&tid).copied().unwrap_or(0)),
+                thread_cpu,
                 gil_wait_ns,
                 task,
                 span,
