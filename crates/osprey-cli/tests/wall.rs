@@ -108,6 +108,8 @@ const STATES_SECONDS: f64 = 3.0;
 fn states_run() -> &'static (Run, Vec<WallSample>) {
     static RUN: OnceLock<(Run, Vec<WallSample>)> = OnceLock::new();
     RUN.get_or_init(|| {
+        // Its shares are measured: not beside the idle-threads run.
+        let _serial = osprey_testkit::run::serial();
         let dir = tempdir("states");
         let exe = compile_named(C_DIR, "wall_states", &dir);
         let r = run(Mode::Wall, &dir, &exe, &[&STATES_SECONDS.to_string()]);
@@ -233,6 +235,7 @@ fn wall_sampling_causes_no_eintr() {
 /// threads it reads (at most `wall_threads` threads are sampled a tick).
 #[test]
 fn idle_threads_cost_bounded() {
+    let _serial = osprey_testkit::run::serial();
     let dir = tempdir("idle");
     let exe = compile_named(C_DIR, "wall_idle", &dir);
     let seconds = 3.0;
