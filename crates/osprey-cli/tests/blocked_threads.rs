@@ -8,7 +8,8 @@
 //! (`cargo build -p osprey-cli -p osprey-preload`), `cc`, and xz-utils.
 //! Where `perf_event_open` is refused (`kernel.perf_event_paranoid` 3 and
 //! above, seccomp), the tests check the fallback instead: the CPU under
-//! `[signals blocked]`, and one line saying why.
+//! `[signals blocked]`, and one line saying why. The tests measure shares
+//! and osprey's own CPU, so they run one at a time.
 
 use osprey_pprof::pprof::Profile;
 use osprey_testkit::cc::compile_source;
@@ -123,6 +124,7 @@ fn check_refused(r: &Run, flat: &[Flat], total: i64) {
 /// events opened), and osprey's own CPU stays within 1% of the program's.
 #[test]
 fn xz_workers_have_stacks() {
+    let _serial = osprey_testkit::run::serial();
     let dir = tempdir("xz");
     let xz = paths::debian_program("xz", "xz-utils");
     let input = prose(&dir, 8 << 20);
@@ -238,6 +240,7 @@ int main(int argc, char **argv) {
 /// the line about the thread says why and which setting allows it.
 #[test]
 fn refused_events_leave_the_cpu_under_signals_blocked() {
+    let _serial = osprey_testkit::run::serial();
     let dir = tempdir("refused");
     let exe = compile(&dir, "worker", WORKER_C);
     let wrapper = compile(&dir, "no_perf", NO_PERF_C);
@@ -262,6 +265,7 @@ fn refused_events_leave_the_cpu_under_signals_blocked() {
 /// routine, and the profile's CPU total is the process's.
 #[test]
 fn a_worker_blocking_signals_keeps_its_split() {
+    let _serial = osprey_testkit::run::serial();
     let dir = tempdir("split");
     let exe = compile(&dir, "worker", WORKER_C);
     let r = run(250, &dir, &exe, &["6"]);
@@ -300,6 +304,7 @@ fn a_worker_blocking_signals_keeps_its_split() {
 /// `[truncated]` frame.
 #[test]
 fn wall_time_of_a_blocking_worker_has_stacks() {
+    let _serial = osprey_testkit::run::serial();
     let dir = tempdir("wall");
     let exe = compile(&dir, "worker", WORKER_C);
     let r = run_under(None, &["--wall"], 100, &dir, &exe, &["3"]);
@@ -348,6 +353,7 @@ fn prose(dir: &Path, bytes: usize) -> PathBuf {
 /// CPU is left under `[signals blocked]`.
 #[test]
 fn zstd_workers_have_stacks() {
+    let _serial = osprey_testkit::run::serial();
     let dir = tempdir("zstd");
     let zstd = paths::debian_program("zstd", "zstd");
     let input = prose(&dir, 4 << 20);
