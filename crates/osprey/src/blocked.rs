@@ -12,7 +12,9 @@
 //! sample charges its period, and what the event counted beyond the
 //! samples (ticks in the kernel, which a user-only event does not sample;
 //! samples lost to a full ring) goes with the thread's last stack, all of
-//! it when the event closes. Where the kernel refuses the event
+//! it when the event closes. The event's clock also runs while the
+//! hypervisor steals the vCPU, the thread's CPU clock does not: charges are
+//! scaled by the ratio of the two over each drain interval. Where the kernel refuses the event
 //! (`perf_event_paranoid`, seccomp), the thread stays under
 //! `[signals blocked]` and one line says why and what would allow it.
 
@@ -73,6 +75,11 @@ struct Sampled {
     last: Option<(Vec<u64>, bool)>,
     /// Paused: drained one last time, then dropped.
     closing: bool,
+    /// The thread's CPU clock and the event's count at the last drain.
+    clocks_at: (u64, u64),
+    /// What a counted nanosecond is charged: the thread's CPU clock's
+    /// advance over the event's in the last drain interval (at most 1).
+    scale: f64,
 }
 
 /// The events of the blocked threads. Owned by discovery, on the collector thread.
@@ -114,8 +121,16 @@ impl PerfSampled {
         let Some(cpu) = thread_cpu_ns(tid) else { return false };
         match ThreadSampler::open(tid as u32, hz, STACK_BYTES) {
             Ok(sampler) => {
-                self.threads
-                    .insert(tid, Sampled { sampler, opened_cpu: Some(cpu), charged: 0, last: None, closing: false });
+                let s = Sampled {
+                    sampler,
+                    opened_cpu: Some(cpu),
+                    charged: 0,
+                    last: None,
+                    closing: false,
+                    clocks_at: (cpu, 0),
+                    scale: 1.0,
+                };
+                self.threads.insert(tid, s);
                 crate::say!(
                     "osprey: thread {tid} '{name}' blocks the sampling signal; sampled with perf_event_open instead"
                 );
@@ -201,7 +216,18 @@ impl PerfSampled {
         for (&tid, s) in &mut self.threads {
             let rec = reg.lookup(tid).map(|(_, r)| r);
             let context = rec.and_then(|r| r.context.read()).unwrap_or_default();
-            let mut charged = 0;
+            // A closing thread's clock may be gone: the last scale then.
+            if let (Some(cpu), Ok(c)) = (thread_cpu_ns(tid), s.sampler.counts()) {
+                let (cpu0, count0) = s.clocks_at;
+                if c.cpu_ns > count0 {
+                    s.scale = (cpu.saturating_sub(cpu0) as f64 / (c.cpu_ns - count0) as f64).min(1.0);
+                    s.clocks_at = (cpu, c.cpu_ns);
+                }
+            }
+            let k = s.scale;
+            let scaled = move |ns: u64| (ns as f64 * k).round() as u64;
+            // Counted nanoseconds (`charged`), and what they are charged.
+            let (mut charged, mut charged_ns) = (0, 0);
             let frames = &mut self.frames;
             let last = &mut s.last;
             s.sampler.drain(&mut self.scratch, &mut |raw| {
@@ -211,8 +237,9 @@ impl PerfSampled {
                 }
                 let wall_ns = rec.map_or(0, |r| r.wall_pending_ns.swap(0, Relaxed));
                 let stack = &frames[..len];
-                f(&Taken { tid, frames: stack, truncated, cpu_ns: raw.period, count: 1, wall_ns, context });
+                f(&Taken { tid, frames: stack, truncated, cpu_ns: scaled(raw.period), count: 1, wall_ns, context });
                 charged += raw.period;
+                charged_ns += scaled(raw.period);
                 if last.as_ref().is_none_or(|(l, t)| l.as_slice() != stack || *t != truncated) {
                     *last = Some((stack.to_vec(), truncated));
                 }
@@ -230,21 +257,22 @@ impl PerfSampled {
                             tid,
                             frames: stack,
                             truncated: *truncated,
-                            cpu_ns: owed,
+                            cpu_ns: scaled(owed),
                             count: 0,
                             wall_ns: 0,
                             context,
                         });
                     }
-                    None => unstacked.push((tid, owed)),
+                    None => unstacked.push((tid, scaled(owed))),
                 }
                 charged += owed;
+                charged_ns += scaled(owed);
             }
             s.charged += charged;
             if let Some(r) = rec {
-                r.charged_ns.fetch_add(charged, Relaxed);
+                r.charged_ns.fetch_add(charged_ns, Relaxed);
             }
-            STATE.charged_ns.fetch_add(charged, Relaxed);
+            STATE.charged_ns.fetch_add(charged_ns, Relaxed);
             if s.closing {
                 done.push(tid);
             }
