@@ -14,9 +14,10 @@
 //! samples lost to a full ring) goes with the thread's last stack, all of
 //! it when the event closes. The event's clock also runs while the
 //! hypervisor steals the vCPU, the thread's CPU clock does not: charges are
-//! scaled by the ratio of the two over each drain interval. Where the kernel refuses the event
-//! (`perf_event_paranoid`, seccomp), the thread stays under
-//! `[signals blocked]` and one line says why and what would allow it.
+//! scaled by the ratio of the two over each drain interval. Where the
+//! kernel refuses the event (`perf_event_paranoid`, seccomp), the thread
+//! stays under `[signals blocked]` and one line says why and what would
+//! allow it.
 
 use crate::cpu_clock::thread_cpu_ns;
 use crate::record::ContextSnapshot;

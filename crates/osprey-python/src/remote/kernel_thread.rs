@@ -13,12 +13,18 @@ pub struct KernelThread {
     pub name: String,
     /// 'R', 'S', 'D', 'T', 't', 'Z', ...
     pub state: char,
+    /// When it started, in clock ticks since boot.
+    pub start_ticks: Option<u64>,
 }
 
-/// The name and state of a `/proc/PID/task/TID/stat` text.
+/// The name, state and start time of a `/proc/PID/task/TID/stat` text.
 pub fn parse_stat(s: &[u8]) -> Option<KernelThread> {
     let stat = osprey_procfs::stat::Stat::parse(s)?;
-    Some(KernelThread { name: String::from_utf8_lossy(stat.comm).into_owned(), state: stat.state as char })
+    Some(KernelThread {
+        name: String::from_utf8_lossy(stat.comm).into_owned(),
+        state: stat.state as char,
+        start_ticks: stat.starttime(),
+    })
 }
 
 /// Parses `/proc/PID/task/TID/syscall`: "NR ARG1 ... SP PC", "running", or "-1 SP PC".

@@ -91,16 +91,8 @@ mod tests {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         let Ok(c) = TaskClock::open(tid) else { return }; // perf unavailable here
-        let cpu = || {
-            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-            // SAFETY: valid out pointer.
-            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-            ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-        };
-        let (a, cpu_a) = (c.read().unwrap(), cpu());
-        while cpu() - cpu_a < 20_000_000 {
-            std::hint::black_box(0);
-        }
+        let a = c.read().unwrap();
+        osprey_testkit::run::burn_cpu(std::time::Duration::from_millis(20));
         let b = c.read().unwrap();
         assert!(b - a >= 15_000_000, "{a} -> {b} over 20 ms of this thread's CPU time");
     }
@@ -112,14 +104,8 @@ mod tests {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         let r = RunTime::open(std::process::id() as i32, tid).unwrap();
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        let start = std::time::Instant::now();
-        while start.elapsed() < std::time::Duration::from_millis(20) {
-            std::hint::black_box(0);
-        }
-        // SAFETY: valid out pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        let own = (ts.tv_sec * 1_000_000_000 + ts.tv_nsec) as u64;
+        osprey_testkit::run::burn_cpu(std::time::Duration::from_millis(20));
+        let own = osprey_testkit::run::thread_cpu().as_nanos() as u64;
         let run = r.read().unwrap();
         assert!(run.abs_diff(own) < 5_000_000, "run time {run} ns, own clock {own} ns");
     }

@@ -132,16 +132,10 @@ type ThreadRead = (std::io::Result<Stack>, u64, Option<SpanIds>);
 /// sample, the CPU they used since they started.
 const YOUNG: Duration = Duration::from_secs(1);
 
-/// Whether thread `tid` started less than [`YOUNG`] ago and not before
-/// `since` (seconds since boot), from its start time in `/proc/.../stat`.
-fn is_young(pid: i32, tid: i32, since: Option<f64>) -> bool {
-    let Some(start_ticks) = osprey_procfs::stat::read_task(pid, tid)
-        .ok()
-        .and_then(|stat| osprey_procfs::stat::Stat::parse(&stat)?.starttime())
-    else {
-        return false;
-    };
-    let Some(uptime) = uptime() else { return false };
+/// Whether a thread that started at `start_ticks` (clock ticks since boot)
+/// did so less than [`YOUNG`] ago and not before `since` (seconds since boot).
+fn is_young(start_ticks: Option<u64>, since: Option<f64>) -> bool {
+    let (Some(start_ticks), Some(uptime)) = (start_ticks, uptime()) else { return false };
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let started = start_ticks as f64 / hz;
@@ -160,10 +154,11 @@ struct Clocks {
 }
 
 impl Clocks {
-    fn open(pid: i32, tid: i32, since: Option<f64>) -> Result<Clocks, String> {
+    /// `young`: the thread is charged from its start (see [`is_young`]).
+    fn open(pid: i32, tid: i32, young: bool) -> Result<Clocks, String> {
         let task = TaskClock::open(tid).map_err(|e| format!("perf_event_open: {e}"))?;
         let run = RunTime::open(pid, tid).map_err(|e| format!("/proc/{pid}/task/{tid}/schedstat: {e}"))?;
-        let base = if is_young(pid, tid, since) { 0 } else { run.read().map_err(|e| format!("schedstat: {e}"))? };
+        let base = if young { 0 } else { run.read().map_err(|e| format!("schedstat: {e}"))? };
         Ok(Clocks { task, run, base })
     }
 
@@ -423,11 +418,10 @@ impl Sampler {
                     continue;
                 }
             };
-            let since = self.since;
-            let clock = self
-                .clocks
-                .entry(tid)
-                .or_insert_with(|| Clocks::open(pid, tid, since).map_err(|e| self.clock_error = Some(e)).ok());
+            let (start_ticks, since) = (k.start_ticks, self.since);
+            let clock = self.clocks.entry(tid).or_insert_with(|| {
+                Clocks::open(pid, tid, is_young(start_ticks, since)).map_err(|e| self.clock_error = Some(e)).ok()
+            });
             let t0 = Instant::now();
             let before = clock.as_ref().and_then(|c| c.task.read().ok());
             let t1 = Instant::now();
