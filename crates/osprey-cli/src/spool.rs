@@ -104,6 +104,7 @@ impl Spool {
         }
         // The agents left their modules' names to this merge: one read per file for the tree.
         osprey_pprof::deferred::name_parts(&mut profiles);
+        osprey_pprof::symbolize::release_free_heap();
         let mut merged = osprey_pprof::merge::merge(&profiles);
         // The agents of a tree leave its container and pod to the merge: they are the tree's.
         for c in osprey_upload::Deployment::of(0).comments() {

@@ -2,9 +2,9 @@
 //!
 //! One [`Symbolizer`] lives for one call of [`symbolize`] and is dropped at its
 //! end: its caches (mapped ELF/DWARF data, parsed line tables) go with it, so
-//! the agent's resident memory returns to its baseline between flushes. With
-//! glibc, `malloc_trim` then hands the freed heap pages back to the kernel:
-//! otherwise the arena of the collector thread keeps them resident.
+//! the agent's resident memory returns to its baseline between flushes.
+//! The freed heap pages stay resident in the caller's malloc arena until
+//! [`release_free_heap`], which the caller runs where it is safe (see there).
 
 use blazesym::symbolize::source::{Process, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized, Symbolizer};
@@ -81,7 +81,6 @@ pub fn symbolize_in(pid: i32, addrs: &[(u64, bool)], lines: bool, maps: Option<&
             from_elf_symbols(pid, &lookup, &mut out, maps, &mut settled);
         }
     }
-    release_free_heap();
     out
 }
 
@@ -161,8 +160,16 @@ pub(crate) fn demangle(name: &str) -> String {
     cpp_demangle::Symbol::new(name).ok().and_then(|s| s.demangle().ok()).unwrap_or_else(|| name.to_string())
 }
 
-/// Returns free malloc memory to the kernel (glibc only; elsewhere a no-op).
-fn release_free_heap() {
+/// Returns free malloc memory to the kernel (glibc's `malloc_trim`; elsewhere
+/// a no-op): a symbolization's freed caches, which the caller's arena would
+/// otherwise keep resident.
+///
+/// It locks every arena of the process in turn, so it must not run while a
+/// thread may be stopped holding one: in a profiled program, never while a
+/// termination handler, `abort` or `_exit` (which glibc calls from inside
+/// `malloc` on a corrupt heap) waits for the last profile, or it waits on
+/// that thread until the handler gives up.
+pub fn release_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks and trims the allocator's own free lists.
     unsafe {

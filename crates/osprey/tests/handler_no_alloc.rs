@@ -143,9 +143,10 @@ fn guard_catches_allocation_in_handler() {
 
 /// The termination handlers (SIGTERM, and a SIGIO the process sends itself,
 /// both with the default disposition) do not allocate either: a copy of this
-/// test binary samples allocating threads at 5 kHz and gets the signal; it
-/// must die of that signal (the guard would make it SIGABRT) after writing
-/// its last profile.
+/// test binary samples allocating threads at 5 kHz and one of them gets the
+/// signal, often inside `malloc` holding its arena's lock; the process must
+/// die of that signal (the guard would make it SIGABRT) after writing its
+/// last profile.
 #[test]
 fn termination_handler_never_allocates() {
     const CHILD: &str = "OSPREY_NOALLOC_TERM_CHILD";
@@ -153,12 +154,17 @@ fn termination_handler_never_allocates() {
     if let Some(dir) = std::env::var_os(CHILD) {
         let sig: libc::c_int = std::env::var(SIGNAL).unwrap().parse().unwrap();
         let _p = osprey::Profiler::builder().out_dir(&dir).hz(5000).period(Duration::from_secs(60)).start().unwrap();
+        let worker_tid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
         let workers: Vec<_> = (0..2)
             .map(|_| {
-                std::thread::spawn(|| {
+                let tid = worker_tid.clone();
+                std::thread::spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    tid.store(unsafe { libc::gettid() }, std::sync::atomic::Ordering::Relaxed);
                     let mut v: Vec<Vec<u8>> = Vec::new();
                     loop {
-                        v.push(vec![1u8; 200]);
+                        // Above the thread cache's sizes: each call takes the arena lock.
+                        v.push(Vec::<u8>::with_capacity(2048));
                         if v.len() > 1000 {
                             v.clear();
                         }
@@ -167,8 +173,12 @@ fn termination_handler_never_allocates() {
             })
             .collect();
         std::thread::sleep(Duration::from_millis(500));
-        // SAFETY: signalling this very process.
-        unsafe { libc::kill(libc::getpid(), sig) };
+        // To a thread that spends its time in malloc and free: the handler
+        // then often runs where that thread holds its arena's lock.
+        let tid = worker_tid.load(std::sync::atomic::Ordering::Relaxed);
+        assert_ne!(tid, 0, "no worker started");
+        // SAFETY: signalling a live thread of this very process.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, sig) };
         std::thread::sleep(Duration::from_secs(30));
         drop(workers);
         unreachable!("signal {sig} did not end the process");

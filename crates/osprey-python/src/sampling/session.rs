@@ -157,6 +157,8 @@ pub fn attach_with_sink(
                 summary.flush_errors.push(e.to_string());
             }
         }
+        // osprey's own process: no thread of it stops inside malloc.
+        osprey_pprof::symbolize::release_free_heap();
     };
     loop {
         if stop.load(Ordering::Relaxed) {

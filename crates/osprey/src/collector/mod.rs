@@ -201,6 +201,12 @@ fn run(agent: &'static Agent) {
             if terminating {
                 shutdown::request_served();
             }
+            // A periodic profile's symbolizer caches go back to the kernel.
+            // Never for a last profile: its requester may be stopped holding
+            // a malloc arena lock, which the trim would wait on.
+            if !(terminating || flush_now) && shutdown::pending_request().is_none() {
+                pprof::symbolize::release_free_heap();
+            }
             next_flush = Instant::now() + cfg.period;
         }
         let mut wake = next_scan.min(next_drain).min(next_flush).min(next_takeover_check);

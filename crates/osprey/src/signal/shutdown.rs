@@ -8,6 +8,11 @@
 //! it is delivered, and kills the process, as the handler returns. The exit
 //! status is the one the program would have had without osprey.
 //!
+//! The thread it interrupts may hold a malloc arena's lock: the collector
+//! serving the request takes no other thread's arena lock on purpose (no
+//! `malloc_trim`). It can still share an arena with that thread when the
+//! program has more threads than glibc has arenas; the wait's bound holds.
+//!
 //! In a process the agent does not belong to (a raw `clone` child) it does
 //! not wait. Stack: a few words of locals, no frame array.
 
