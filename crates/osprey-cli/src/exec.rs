@@ -84,6 +84,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         (Some(_), true) => c.env("OSPREY_SPOOL", "1"),
         _ => c.env_remove("OSPREY_SPOOL"),
     };
+    // The tree's writers end their periods together, and the merges follow.
+    let grid = spool.as_ref().map(|_| osprey_pprof::periods::Grid::starting_now(cfg.period));
+    match &grid {
+        Some(g) => c.env(osprey_pprof::periods::ORIGIN_ENV, g.origin_env()),
+        None => c.env_remove(osprey_pprof::periods::ORIGIN_ENV),
+    };
     if children {
         c.env("OSPREY_CHILDREN", "1");
     } else {
@@ -111,6 +117,7 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let pid = child.id() as i32;
     let mut opts = osprey_python::Options { from_start: true, ..python_options(&cfg, &up, None, s) };
     let mut tree_up = up.clone();
+    opts.grid = grid;
     if let Some(sp) = &spool {
         opts.out_dir = sp.path().to_path_buf();
         tree_up.out = Some(sp.path().to_path_buf());
@@ -121,15 +128,15 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     // exit, relayed signals and a CPython image's agent wake the loop at once.
     let longest = if children { SCAN_MAX_TREE } else { SCAN_MAX };
     let mut interval = SCAN_MIN;
-    let mut next_merge = started + cfg.period;
+    let mut next_merge = grid.map(|g| Instant::now() + g.until_next_merge());
     let mut spool_errors = Vec::new();
     while !supervise::has_exited(pid) {
         interval = if tree.scan() { SCAN_MIN } else { (interval * 2).min(longest) };
-        if let Some(sp) = spool.as_ref().filter(|_| Instant::now() >= next_merge) {
+        if let (Some(sp), Some(g)) = (&spool, grid.filter(|_| next_merge.is_some_and(|m| Instant::now() >= m))) {
             spool_errors.extend(sp.merge(pid).err());
-            next_merge = Instant::now() + cfg.period;
+            next_merge = Some(Instant::now() + g.until_next_merge());
         }
-        let until_merge = spool.as_ref().map_or(interval, |_| next_merge.saturating_duration_since(Instant::now()));
+        let until_merge = next_merge.map_or(interval, |m| m.saturating_duration_since(Instant::now()));
         supervise::relay(pid, interval.min(until_merge));
     }
     let wall = started.elapsed();
@@ -240,6 +247,7 @@ pub(crate) fn python_options(
         native: s.native,
         blocking: s.blocking,
         from_start: false,
+        grid: None,
     }
 }
 

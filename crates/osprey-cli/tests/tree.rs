@@ -179,6 +179,34 @@ fn sigkilled_child_keeps_its_written_periods() {
     assert!(kept <= ran * 1.1 + 0.05e9, "kept {kept} ns of {ran} ns");
 }
 
+/// The tree's processes end their periods together: a file spans one
+/// period, though a second busy child starts in the middle of one (on their
+/// own clocks, the two children's parts would land in the same merge 0.6
+/// periods apart, and every file would span 1.6).
+#[test]
+fn a_file_spans_one_period_of_every_process() {
+    let dir = tempdir("tree-grid");
+    let out = dir.join("profiles");
+    let busy = "sh -c 'while :; do :; done'";
+    let script = format!("{busy} & a=$!; sleep 0.6; {busy} & b=$!; sleep 2.6; kill $a $b; wait; exit 0");
+    let o = exec(&dir, &out, &["--period", "1", "--hz", "100"], &["sh", "-c", &script]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files = profile_files(&out);
+    let spans: Vec<f64> = files
+        .iter()
+        .map(|f| osprey_pprof::read_profile(f).unwrap())
+        .filter(|p| p.time_nanos > 0)
+        .map(|p| p.duration_nanos as f64 / 1e9)
+        .collect();
+    eprintln!("file spans (s): {spans:?}");
+    assert!(spans.len() >= 3, "{} files: {spans:?}", files.len());
+    // A part ends when its writer flushes, a little after the period's end.
+    // The last file holds the tail, with the period before it when the tree
+    // ended before that period's merge.
+    let (last, full) = spans.split_last().unwrap();
+    assert!(full.iter().all(|&s| s <= 1.3) && *last <= 2.3, "file spans (s): {spans:?}");
+}
+
 /// `osprey exec` killed by SIGKILL: the parts of the tree it had not merged
 /// stay in its spool, and the next `osprey exec --children` with the same
 /// output directory merges them.

@@ -16,6 +16,7 @@
 //! | [`check`] | what makes decoded bytes a profile |
 //! | [`frames`] | a sample's stack as functions, files, lines |
 //! | [`merge`] | several profiles as one (a `--children` tree's period, `report --format pprof`) |
+//! | [`periods`] | the period ends a `--children` tree's writers share |
 //! | [`summary`] | flat/cum per function, folded stacks |
 //! | [`top`] | the top-functions table of a summary |
 //!
@@ -32,6 +33,7 @@ pub mod frames;
 pub mod journal;
 pub mod maps;
 pub mod merge;
+pub mod periods;
 pub mod pprof;
 pub mod read;
 pub mod strings;

@@ -7,6 +7,7 @@
 //! | `OSPREY_OUT` | output directory | `./profiles` |
 //! | `OSPREY_STATUS` | directory for the end-of-run report `osprey exec` reads | none |
 //! | `OSPREY_SPOOL` | `1`: `OSPREY_OUT` is the spool of a live `osprey exec --children`, which merges the files (written without `fsync`) | 0 |
+//! | `OSPREY_PERIOD_ORIGIN` | with `OSPREY_SPOOL`: periods end at this `CLOCK_MONOTONIC` nanosecond plus multiples of the period (the tree's grid) | periods from the agent's start |
 //! | `OSPREY_MAX_DEPTH` | frames kept per stack (1–256) | 128 |
 //! | `OSPREY_THREADS` | thread records pre-allocated (1-65536) | 256 |
 //! | `OSPREY_THREADS_GROW` | `0` forbids growing the pool | 1 |
@@ -95,6 +96,9 @@ pub struct Config {
     /// survives its writer's SIGKILL in the page cache; only a machine crash
     /// before the merge loses it, with the merge that would have synced it.
     pub spool: bool,
+    /// The period ends the writers of a spool share (`OSPREY_PERIOD_ORIGIN`;
+    /// see `osprey_pprof::periods`). None: periods run from the agent's start.
+    pub period_grid: Option<osprey_pprof::periods::Grid>,
 }
 
 impl Default for Config {
@@ -121,6 +125,7 @@ impl Default for Config {
             upload: None,
             status_dir: None,
             spool: false,
+            period_grid: None,
         }
     }
 }
@@ -166,6 +171,12 @@ impl Config {
         }
         if let Some(v) = get("OSPREY_SPOOL") {
             c.spool = parse_bool("OSPREY_SPOOL", &v)?;
+        }
+        if let Some(v) = get(osprey_pprof::periods::ORIGIN_ENV).filter(|_| c.spool) {
+            let grid = osprey_pprof::periods::Grid::from_env(&v, c.period);
+            let bad =
+                || Error::config(osprey_pprof::periods::ORIGIN_ENV, format!("`{v}` is not a number of nanoseconds"));
+            c.period_grid = Some(grid.ok_or_else(bad)?);
         }
         if let Some(v) = get("OSPREY_MAX_DEPTH") {
             c.max_depth = parse_num("OSPREY_MAX_DEPTH", &v)?;
@@ -368,5 +379,14 @@ mod tests {
         let c = env(&[files[0], ("OSPREY_SPOOL", "1")]).unwrap();
         assert!(c.spool && c.upload.unwrap().out_spool);
         assert!(env(&[("OSPREY_SPOOL", "sure")]).unwrap_err().contains("OSPREY_SPOOL"));
+    }
+
+    #[test]
+    fn a_spool_s_agents_take_its_period_grid() {
+        use osprey_pprof::periods::{Grid, ORIGIN_ENV};
+        let c = env(&[("OSPREY_SPOOL", "1"), ("OSPREY_PERIOD", "2"), (ORIGIN_ENV, "5000")]).unwrap();
+        assert_eq!(c.period_grid, Some(Grid::new(5000, Duration::from_secs(2))));
+        assert_eq!(env(&[(ORIGIN_ENV, "5000")]).unwrap().period_grid, None, "outside a spool");
+        assert!(env(&[("OSPREY_SPOOL", "1"), (ORIGIN_ENV, "now")]).unwrap_err().contains(ORIGIN_ENV));
     }
 }

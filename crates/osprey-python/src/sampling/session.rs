@@ -43,6 +43,9 @@ pub struct Options {
     /// threads that start after the sampler: the profile covers the time
     /// it was attached, not what ran before.
     pub from_start: bool,
+    /// Periods end on this grid (a `--children` tree's spool; see
+    /// `osprey_pprof::periods`) instead of every `period` from the start.
+    pub grid: Option<osprey_pprof::periods::Grid>,
 }
 
 impl Default for Options {
@@ -57,6 +60,7 @@ impl Default for Options {
             native: false,
             blocking: false,
             from_start: false,
+            grid: None,
         }
     }
 }
@@ -141,7 +145,8 @@ pub fn attach_with_sink(
     let mut agg = Aggregator::new(pid, interval_ns, &sampler);
     agg.timeline = opts.timeline;
     let mut next = Instant::now();
-    let mut last_flush = Instant::now();
+    let period_end = || Instant::now() + opts.grid.map_or(opts.period, |g| g.until_next_end());
+    let mut next_flush = period_end();
     let loop_start = Instant::now();
     let mut rng = (std::process::id() as u64) << 32 | pid as u64 | 1;
     let mut flush = |agg: &mut Aggregator, summary: &mut Summary| {
@@ -172,9 +177,9 @@ pub fn attach_with_sink(
             Err(sampler::Gone) => break,
         }
         summary.passes_done += 1;
-        if last_flush.elapsed() >= opts.period {
+        if Instant::now() >= next_flush {
             flush(&mut agg, &mut summary);
-            last_flush = Instant::now();
+            next_flush = period_end();
         }
         // Intervals are uniform in [interval/2, 3*interval/2): the mean rate
         // is `hz`, and a workload with a period near a multiple of the

@@ -125,7 +125,8 @@ fn run(agent: &'static Agent) {
     // tables come: most end before, and threads created without
     // `pthread_create` are few there (their CPU is still counted at exit).
     let first_scan = cfg.scan_interval.max(unwind_tables::deferred());
-    let (mut next_scan, mut next_drain, mut next_flush) = (now + first_scan, now + drain_interval, now + cfg.period);
+    let (mut next_scan, mut next_drain, mut next_flush) =
+        (now + first_scan, now + drain_interval, next_period_end(cfg));
     let mut next_takeover_check = now + TAKEOVER_CHECK;
     // Wall time: blocked threads sampled here, running ones through their CPU clocks.
     let mut wall = cfg.wall.then(|| crate::wall::sampler::Sampler::new(cfg.wall_hz, cfg.wall_threads));
@@ -207,7 +208,7 @@ fn run(agent: &'static Agent) {
             if !(terminating || flush_now) && shutdown::pending_request().is_none() {
                 pprof::symbolize::release_free_heap();
             }
-            next_flush = Instant::now() + cfg.period;
+            next_flush = next_period_end(cfg);
         }
         let mut wake = next_scan.min(next_drain).min(next_flush).min(next_takeover_check);
         if wall.is_some() {
@@ -230,6 +231,12 @@ fn run(agent: &'static Agent) {
     // Bounded: at most the configured exit wait, whatever the backends do.
     let uploads = delivery.as_mut().map(|d| d.finish());
     leave_report(agent, &mut report, uploads);
+}
+
+/// When the period that runs now ends: on the spool's grid in a tree, else
+/// a period from now.
+fn next_period_end(cfg: &Config) -> Instant {
+    Instant::now() + cfg.period_grid.map_or(cfg.period, |g| g.until_next_end())
 }
 
 /// Adds the samples of the threads that block the sampling signal
