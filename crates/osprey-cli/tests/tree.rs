@@ -1,6 +1,5 @@
 //! `osprey exec --children` writes one profile file per period for the whole
-//! process tree (without `--children`, for the command and the processes it
-//! forks; the processes' parts merged by `osprey exec`, see
+//! process tree (the processes' parts merged by `osprey exec`, see
 //! crates/osprey-cli/src/spool.rs), every sample labelled with its process,
 //! so `osprey report --pid` still separates them; a child killed by SIGKILL
 //! loses at most its unwritten period, and the parts an `osprey exec` killed
@@ -102,32 +101,6 @@ fn bash_root_and_its_forks_keep_the_tree_settings() {
         std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(cwd, ["out"], "files outside the output directory: {err}");
     assert_eq!(names.get(&pids[10]).map(String::as_str), Some("bash"));
-}
-
-/// Without `--children`, the processes the root forks (a shim's command
-/// substitutions) still profile until they exec another program, and their
-/// parts go into the root's one file: one file for the run, the forks told
-/// apart by their `pid`, the programs they exec not profiled.
-#[test]
-fn without_children_the_roots_forks_share_its_file() {
-    let dir = tempdir("tree-forks");
-    let out = dir.join("profiles");
-    let script = "for i in 1 2 3 4 5; do echo $(echo $BASHPID; exec /bin/true); done; echo $$";
-    let o = Command::new(osprey())
-        .current_dir(&dir)
-        .args(["exec", "--out", out.to_str().unwrap(), "--", "bash", "-c", script])
-        .output()
-        .expect("run osprey");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
-    let pids: Vec<i64> = String::from_utf8_lossy(&o.stdout).split_whitespace().map(|p| p.parse().unwrap()).collect();
-    assert_eq!(pids.len(), 6, "{pids:?}");
-    assert_eq!(only_profiles(&out), 1, "{err}");
-    let (cpu, names) = cpu_by_pid(&read_profiles(&out));
-    for pid in &pids {
-        assert!(cpu.contains_key(pid), "pid {pid} missing: {cpu:?}, {err}");
-    }
-    assert!(names.values().all(|n| n == "bash"), "only bash is profiled: {names:?}");
 }
 
 /// 40 C files compiled by `make -j2` (make, and per file the compiler
