@@ -132,9 +132,9 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let mut spool_errors = Vec::new();
     while !supervise::has_exited(pid) {
         interval = if tree.scan() { SCAN_MIN } else { (interval * 2).min(longest) };
-        if let (Some(sp), Some(g)) = (&spool, grid.filter(|_| next_merge.is_some_and(|m| Instant::now() >= m))) {
+        if let (Some(sp), Some(_)) = (&spool, next_merge.filter(|&m| Instant::now() >= m)) {
             spool_errors.extend(sp.merge(pid).err());
-            next_merge = Some(Instant::now() + g.until_next_merge());
+            next_merge = grid.map(|g| Instant::now() + g.until_next_merge());
         }
         let until_merge = next_merge.map_or(interval, |m| m.saturating_duration_since(Instant::now()));
         supervise::relay(pid, interval.min(until_merge));

@@ -191,15 +191,10 @@ fn a_file_spans_one_period_of_every_process() {
     let script = format!("{busy} & a=$!; sleep 0.6; {busy} & b=$!; sleep 2.6; kill $a $b; wait; exit 0");
     let o = exec(&dir, &out, &["--period", "1", "--hz", "100"], &["sh", "-c", &script]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let files = profile_files(&out);
-    let spans: Vec<f64> = files
-        .iter()
-        .map(|f| osprey_pprof::read_profile(f).unwrap())
-        .filter(|p| p.time_nanos > 0)
-        .map(|p| p.duration_nanos as f64 / 1e9)
-        .collect();
+    let profiles = read_profiles(&out);
+    let spans: Vec<f64> = profiles.iter().filter(|p| p.time_nanos > 0).map(|p| p.duration_nanos as f64 / 1e9).collect();
     eprintln!("file spans (s): {spans:?}");
-    assert!(spans.len() >= 3, "{} files: {spans:?}", files.len());
+    assert!(spans.len() >= 3, "{} files: {spans:?}", profiles.len());
     // A part ends when its writer flushes, a little after the period's end.
     // The last file holds the tail, with the period before it when the tree
     // ended before that period's merge.
