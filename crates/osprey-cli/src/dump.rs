@@ -151,7 +151,9 @@ pub fn run(pid: i32, json: bool, native: bool) -> Result<u8, Failure> {
     }
     let names = name_frames(pid, &threads, unwinder.modules());
     // Its maps, which named the frames, and its Python state are gone with it.
-    if !target::alive(pid) {
+    // The leader is checked for being on its way out too: during an
+    // `exit_group` the other threads vanish before the process is a zombie.
+    if target::exiting(pid, pid) {
         return Err(Failure::from(format!("pid {pid} exited during the dump: nothing printed")));
     }
     let process = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_string();
