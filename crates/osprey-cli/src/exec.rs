@@ -123,15 +123,18 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         tree_up.out = Some(sp.path().to_path_buf());
     }
     let mut tree = tree::Tree::new(pid, children, opts, tree_up);
-    // Scans come every 5 ms while the tree changes (a launcher chain execs
-    // within milliseconds) and back off while it does not; the command's
-    // exit, relayed signals and a CPython image's agent wake the loop at once.
-    let longest = if children { SCAN_MAX_TREE } else { SCAN_MAX };
-    let mut interval = SCAN_MIN;
+    // Scans come every 5 ms while the command's pid changes (a launcher chain
+    // execs within milliseconds) and back off while it does not; the
+    // command's exit, relayed signals and a CPython image's agent (or its
+    // forks) wake the loop at once. A `--children` tree changes all the time
+    // (a build), and every CPython in it wakes the loop: scans at a steady
+    // interval there, for the images the agent cannot announce.
+    let (shortest, longest) = if children { (SCAN_MAX_TREE, SCAN_MAX_TREE) } else { (SCAN_MIN, SCAN_MAX) };
+    let mut interval = shortest;
     let mut next_merge = grid.map(|g| Instant::now() + g.until_next_merge());
     let mut spool_errors = Vec::new();
     while !supervise::has_exited(pid) {
-        interval = if tree.scan() { SCAN_MIN } else { (interval * 2).min(longest) };
+        interval = if tree.scan() { shortest } else { (interval * 2).min(longest) };
         if let (Some(sp), Some(_)) = (&spool, next_merge.filter(|&m| Instant::now() >= m)) {
             spool_errors.extend(sp.merge(pid).err());
             next_merge = grid.map(|g| Instant::now() + g.until_next_merge());
@@ -300,8 +303,10 @@ const SCAN_MIN: Duration = Duration::from_millis(5);
 /// environment cleared) runs at most this long before its sampler attaches.
 /// A scan costs about 60 us of CPU here (0.15% of a core at 100 ms).
 const SCAN_MAX: Duration = Duration::from_secs(1);
-/// The same with `--children`: a process forked by CPython (a pool's
-/// worker) runs no agent start to wake the scan.
+/// The interval with `--children`, changing or not. Found only by a scan:
+/// a CPython the agent did not load in (its environment cleared) and one
+/// embedding libpython. At 5 ms a build's tree cost `osprey exec` 0.17 ms
+/// of CPU per process (docs/benchmarks/2026-12-02-agent-start.md).
 const SCAN_MAX_TREE: Duration = Duration::from_millis(100);
 
 /// `PID:STARTTIME` of this process (start time in clock ticks since boot,

@@ -272,6 +272,27 @@ fn multiprocessing_pool() {
     }
 }
 
+/// CPython wakes the watcher at its start, and each process it forks (no
+/// exec, no agent start in it) wakes it too: found at once, not at a scan.
+#[test]
+fn cpython_and_its_forks_wake_the_watcher() {
+    let Some(python) = interpreter("3.12") else { return };
+    let o = Command::new(&python)
+        .arg(py("watcher.py"))
+        .args([python.to_str().unwrap(), py("fork_worker.py").to_str().unwrap(), "0.05"])
+        .env("WATCHER_PRELOAD", osprey_testkit::paths::preload_lib())
+        .env_remove("OSPREY_ROOT_PID")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    let pids: Vec<u32> = out.split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let (child, senders) = pids.split_first().expect("the child's pid");
+    assert_eq!(senders.len(), 2, "the interpreter and its fork: {senders:?}");
+    assert_eq!(senders[0], *child, "the interpreter first: {senders:?}");
+    assert_ne!(senders[1], *child, "then its fork: {senders:?}");
+}
+
 #[test]
 fn prefork_server() {
     let _s = serial();

@@ -13,8 +13,11 @@
 //!   out-of-process sampler watching (`PID:STARTTIME` of `osprey exec`), the
 //!   native agent stays off: Python frames come from that sampler, not from
 //!   the interpreter's C stack. The watcher is woken with SIGCHLD (which it
-//!   waits for) so it attaches at once rather than at its next scan; the
-//!   start time, checked first, keeps a reused pid from being signalled.
+//!   waits for) so it attaches at once rather than at its next scan, and so
+//!   it is by every child that process forks; the start time, checked
+//!   first, keeps a reused pid from being signalled.
+
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 
 /// What the agent does in this process.
 #[derive(Debug, PartialEq, Eq)]
@@ -46,23 +49,49 @@ pub fn decide() -> Role {
     // The symbol lookup first: the watcher's `stat` is read only inside
     // CPython, not in every process of the tree.
     let sampler = std::env::var("OSPREY_PYTHON_SAMPLER").ok();
-    match sampler.filter(|_| is_cpython()).and_then(|v| watcher(&v)) {
-        Some(pid) => {
+    match sampler.as_deref().filter(|_| is_cpython()).and_then(watcher) {
+        Some((pid, start)) => {
             // SAFETY: SIGCHLD to `osprey exec`, which blocks it and waits for it.
             unsafe { libc::kill(pid, libc::SIGCHLD) };
+            announce_forks(pid, start);
             Role::Python
         }
         _ => Role::Native,
     }
 }
 
-/// The pid of the watcher `PID:STARTTIME` names, if that process still runs
-/// (its start time, field 22 of its `stat`, is the one named).
-fn watcher(v: &str) -> Option<i32> {
+/// The watcher's pid and start time, for [`after_fork`]: set once, before any fork.
+static WATCHER: (AtomicI32, AtomicU64) = (AtomicI32::new(0), AtomicU64::new(0));
+
+/// A CPython process forks its workers without exec (multiprocessing's
+/// `fork` method, prefork servers): no agent starts in them, so each child
+/// wakes the watcher itself, which then attaches at once instead of at its
+/// next scan of the tree.
+fn announce_forks(pid: i32, start: u64) {
+    WATCHER.0.store(pid, Relaxed);
+    WATCHER.1.store(start, Relaxed);
+    // SAFETY: registering a plain extern "C" callback.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork)) };
+}
+
+/// In a fork's child: SIGCHLD to the watcher, if it is still the process
+/// named (its start time checked again: a reused pid is never signalled).
+/// glibc has reset malloc's locks before child handlers run.
+extern "C" fn after_fork() {
+    let (pid, start) = (WATCHER.0.load(Relaxed), WATCHER.1.load(Relaxed));
+    if osprey::internals::threads::start_ticks(pid) == Some(start) {
+        // SAFETY: SIGCHLD to `osprey exec`, which blocks it and waits for it.
+        unsafe { libc::kill(pid, libc::SIGCHLD) };
+    }
+}
+
+/// The pid and start time of the watcher `PID:STARTTIME` names, if that
+/// process still runs (its start time, field 22 of its `stat`, is the one named).
+fn watcher(v: &str) -> Option<(i32, u64)> {
     let (pid, start) = v.split_once(':')?;
     let pid: i32 = pid.parse().ok().filter(|&p| p > 0)?;
     let start: u64 = start.parse().ok().filter(|&s| s > 0)?;
-    (osprey::internals::threads::start_ticks(pid)? == start).then_some(pid)
+    (osprey::internals::threads::start_ticks(pid)? == start).then_some((pid, start))
 }
 
 /// Whether this process is not the command `osprey exec` started (nor what
