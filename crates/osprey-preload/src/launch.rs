@@ -76,13 +76,18 @@ fn announce_forks(pid: i32, start: u64) {
 
 /// In a fork's child: SIGCHLD to the watcher, if it is still the process
 /// named (its start time checked again: a reused pid is never signalled).
-/// glibc has reset malloc's locks before child handlers run.
+/// glibc has reset malloc's locks before child handlers run; the child
+/// gets `fork`'s errno back.
 extern "C" fn after_fork() {
+    // SAFETY: this thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
     let (pid, start) = (WATCHER.0.load(Relaxed), WATCHER.1.load(Relaxed));
     if osprey::internals::threads::start_ticks(pid) == Some(start) {
         // SAFETY: SIGCHLD to `osprey exec`, which blocks it and waits for it.
         unsafe { libc::kill(pid, libc::SIGCHLD) };
     }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
 }
 
 /// The pid and start time of the watcher `PID:STARTTIME` names, if that
