@@ -51,8 +51,7 @@ pub fn decide() -> Role {
     let sampler = std::env::var("OSPREY_PYTHON_SAMPLER").ok();
     match sampler.as_deref().filter(|_| is_cpython()).and_then(watcher) {
         Some((pid, start)) => {
-            // SAFETY: SIGCHLD to `osprey exec`, which blocks it and waits for it.
-            unsafe { libc::kill(pid, libc::SIGCHLD) };
+            wake(pid);
             announce_forks(pid, start);
             Role::Python
         }
@@ -74,20 +73,22 @@ fn announce_forks(pid: i32, start: u64) {
     unsafe { libc::pthread_atfork(None, None, Some(after_fork)) };
 }
 
-/// In a fork's child: SIGCHLD to the watcher, if it is still the process
-/// named (its start time checked again: a reused pid is never signalled).
+/// In a fork's child: wakes the watcher, if it is still the process named
+/// (its start time checked again: a reused pid is never signalled).
 /// glibc has reset malloc's locks before child handlers run; the child
 /// gets `fork`'s errno back.
 extern "C" fn after_fork() {
-    // SAFETY: this thread's errno.
-    let errno = unsafe { *libc::__errno_location() };
+    let _errno = osprey::internals::signal::sys::ErrnoGuard::save();
     let (pid, start) = (WATCHER.0.load(Relaxed), WATCHER.1.load(Relaxed));
     if osprey::internals::threads::start_ticks(pid) == Some(start) {
-        // SAFETY: SIGCHLD to `osprey exec`, which blocks it and waits for it.
-        unsafe { libc::kill(pid, libc::SIGCHLD) };
+        wake(pid);
     }
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
+}
+
+/// SIGCHLD to the watcher `osprey exec`, which blocks it and waits for it.
+fn wake(pid: i32) {
+    // SAFETY: a plain kill of a process whose start time was just checked.
+    unsafe { libc::kill(pid, libc::SIGCHLD) };
 }
 
 /// The pid and start time of the watcher `PID:STARTTIME` names, if that

@@ -12,11 +12,8 @@ start = open(f"/proc/{os.getpid()}/stat").read().rsplit(")", 1)[1].split()[19]
 env = dict(os.environ, LD_PRELOAD=os.environ["WATCHER_PRELOAD"], OSPREY_PYTHON_SAMPLER=f"{os.getpid()}:{start}")
 child = subprocess.Popen(sys.argv[1:], env=env)
 senders = []
-while child.poll() is None:
-    info = signal.sigtimedwait({signal.SIGCHLD}, 0.05)
+# Until the child ended and no signal is left pending.
+while (info := signal.sigtimedwait({signal.SIGCHLD}, 0.05)) is not None or child.poll() is None:
     if info is not None and info.si_code == 0:  # SI_USER: sent by kill
-        senders.append(info.si_pid)
-while (info := signal.sigtimedwait({signal.SIGCHLD}, 0)) is not None:
-    if info.si_code == 0:
         senders.append(info.si_pid)
 print(child.pid, *senders)
