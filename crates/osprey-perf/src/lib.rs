@@ -12,6 +12,9 @@
 //!   stack as it runs now, without a stop).
 //! - [`Unwinder`]: a process's modules and tables; [`Unwinder::unwind`]
 //!   turns a [`RawSample`] into a [`Stack`].
+//! - [`chain::Chain`]: a linked chain of the thread's memory (a CPython
+//!   thread's frames) copied by a BPF program at a [`OneShot`]'s sample,
+//!   while the thread is interrupted (root or CAP_BPF + CAP_PERFMON).
 //! - [`thread_ctx::read_thread_contexts`]: each thread's OpenTelemetry
 //!   thread context (OTEP 4947) — trace and span id — read from outside.
 //!
@@ -47,6 +50,8 @@
 //! - A walk needs the frames' stack within the copy: a frame deeper than
 //!   `stack_bytes` above the sampled sp ends it (`truncated`).
 
+mod bpf;
+pub mod chain;
 mod config;
 mod error;
 mod modules;

@@ -58,6 +58,8 @@ pub const IOC_DISABLE: libc::c_ulong = 0x2401;
 /// `PERF_EVENT_IOC_REFRESH` (`_IO('$', 2)`): enable for N more overflows,
 /// after which the kernel disables the event itself.
 pub const IOC_REFRESH: libc::c_ulong = 0x2402;
+/// `PERF_EVENT_IOC_SET_BPF` (`_IOW('$', 8, __u32)`): a program run at each overflow.
+pub const IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 
 /// `CLOCK_MONOTONIC`: the clock of the samples' `time` (with `use_clockid`),
 /// so that it compares with the caller's `clock_gettime`.

@@ -159,6 +159,14 @@ impl ThreadSampler {
         sys::ioctl(&self.fd, sys::IOC_ENABLE).map_err(|source| Error::Io { what: "PERF_EVENT_IOC_ENABLE", source })
     }
 
+    /// Runs `chain`'s program at each overflow instead of writing a sample
+    /// (see [`crate::chain`]).
+    pub fn attach(&self, chain: &crate::chain::Chain) -> Result<()> {
+        let prog = libc::c_ulong::try_from(chain.prog_fd()).unwrap_or_default();
+        sys::ioctl_arg(&self.fd, sys::IOC_SET_BPF, prog)
+            .map_err(|source| Error::Io { what: "PERF_EVENT_IOC_SET_BPF", source })
+    }
+
     /// Samples for `n` more periods, then the kernel stops the event by
     /// itself. The count adds to what is left of an earlier refresh.
     pub fn refresh(&self, n: u32) -> Result<()> {

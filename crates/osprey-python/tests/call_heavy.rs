@@ -6,7 +6,7 @@
 //! beyond `MAX_DEPTH` with a `[truncated]` frame, and counted. With
 //! `blocking`, no read is torn or retried. Short calls from C, nested short
 //! calls and a loop over a generator keep their shares in the default mode,
-//! the generator loop within 2 points of a stopped read.
+//! within 2 points of py-spy's stopped reads.
 
 mod common;
 
@@ -64,11 +64,15 @@ fn on_each(versions: &[&str], mut measure: impl FnMut(&str, &common::Py) -> (Str
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Each leaf function's share of the cpu.
+/// Each leaf function's share of the cpu, by its bare name (`Made.__init__`
+/// as `__init__`, as py-spy names it), a `[gc]` frame charged to the frame
+/// under it (py-spy has none).
 fn flat_cpu(profiles: &[ProfileData]) -> impl Fn(&str) -> f64 {
     let mut flat = std::collections::HashMap::<String, i64>::new();
     for s in profiles.iter().flat_map(|p| &p.samples) {
-        *flat.entry(s.frames.first().map(name).unwrap_or("").to_string()).or_default() += s.values[1];
+        let leaf = s.frames.iter().map(name).find(|&n| n != "[gc]").unwrap_or("");
+        let bare = if leaf.starts_with('<') { leaf } else { leaf.rsplit('.').next().unwrap_or(leaf) };
+        *flat.entry(bare.to_string()).or_default() += s.values[1];
     }
     let total = flat.values().sum::<i64>().max(1) as f64;
     move |f: &str| 100.0 * flat.get(f).copied().unwrap_or(0) as f64 / total
@@ -130,7 +134,7 @@ fn short_calls_keep_their_share() {
         let share = flat_cpu(&profiles);
         let line = format!(
             "{v}: Made.__init__ {:.1}%, direct {:.1}%, main (the loop) {:.1}%",
-            share("Made.__init__").max(share("__init__")),
+            share("__init__"),
             share("direct"),
             share("main")
         );
@@ -192,30 +196,55 @@ fn generators_keep_their_share_and_callers() {
     });
 }
 
-/// Versions whose default mode reads a generator loop within 2 points of
-/// a stopped read (see [`generator_loop_within_two_points_of_a_stopped_read`]).
-const WITHIN_TWO_POINTS: [&str; 1] = ["3.13"];
-
-/// A loop over a generator (resumed per item from C on 3.11, inline from
-/// 3.12): `produce`'s and `consume`'s shares in the default mode are within
-/// 2 points of a read of the stopped thread on the same process, at about
-/// 4,000 samples a mode (about 0.8 points of noise on each), the two modes
-/// alternating every 2 s so that both see the same load. (The short-call
-/// workload, `calls.py short`, is not held here: a stopped read of it,
-/// osprey's or py-spy's, moves by 2-5 points between runs on shared cores.)
+/// The default mode is within 2 points of py-spy's default mode (the
+/// process stopped for each read), on every interpreter, on calls of a
+/// microsecond or so (most entered from C) and on a loop over a generator:
+/// each function's flat share, at about 8,000 samples a reader (about 0.6
+/// points of noise on each), the two readers alternating every 2 s on the
+/// same process so that both see the same load. A process's shares drift
+/// by 1-2 points from one run to the next: a miss is judged again on the
+/// samples of both runs together. Read from outside without
+/// the copies at the interrupt, the short calls were 4-6 points off.
 #[test]
-fn generator_loop_within_two_points_of_a_stopped_read() {
-    const FUNCS: [&str; 2] = ["produce", "consume"];
-    on_each(&WITHIN_TWO_POINTS, |v, py| {
-        let w = start(py, &["gen"]);
-        let (mut read, mut stopped) = (Vec::new(), Vec::new());
-        for _ in 0..4 {
-            read.extend(collect_with(w.pid(), 500, 2.0, false).0);
-            stopped.extend(collect_with(w.pid(), 500, 2.0, true).0);
+fn default_mode_within_two_points_of_py_spy() {
+    const FUNCS: [(&str, &[&str]); 2] =
+        [("short", &["__init__", "__hash__", "produce", "direct", "short_loop"]), ("gen", &["produce", "consume"])];
+    // Per interpreter and workload, every attempt's samples: a miss is
+    // judged again on both attempts' samples together.
+    type Pool = (Vec<ProfileData>, std::collections::HashMap<String, f64>, u64, u64, u64);
+    let mut pools = std::collections::HashMap::<(String, &str), Pool>::new();
+    on_each(&INTERPRETERS, |v, py| {
+        let mut lines = Vec::new();
+        let mut met = true;
+        for (workload, funcs) in FUNCS {
+            let w = start(py, &[workload]);
+            let (read, spy, rounds, copied, missed) = pools.entry((v.to_string(), workload)).or_default();
+            let mut spied = 0;
+            for _ in 0..4 {
+                let (profiles, summary) = collect_with(w.pid(), 1000, 2.0, false);
+                read.extend(profiles);
+                let i = summary.interrupt.expect("copies at the interrupt (run as root)");
+                (*copied, *missed) = (*copied + i.copied, *missed + i.missed);
+                let (shares, n) = osprey_testkit::readers::py_spy_flat(w.pid(), 2, 1000);
+                for (f, s) in shares {
+                    *spy.entry(f).or_default() += s;
+                }
+                spied += n;
+                *rounds += 1;
+            }
+            let share = flat_cpu(read);
+            let ours: Vec<f64> = funcs.iter().map(|f| share(f)).collect();
+            let theirs: Vec<f64> = funcs.iter().map(|f| spy.get(*f).copied().unwrap_or(0.0) / *rounds as f64).collect();
+            let worst = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            let samples: i64 = read.iter().flat_map(|p| &p.samples).map(|s| s.values[0]).sum();
+            lines.push(format!(
+                "{workload} {funcs:?} {ours:.1?} ({samples} samples over {rounds} rounds, {copied} copied at the \
+                 interrupt, {missed} read from outside), py-spy {theirs:.1?} ({spied} this attempt); largest \
+                 difference {worst:.1}"
+            ));
+            met &= worst <= 2.0 && *copied * 10 >= samples as u64 * 9;
         }
-        let (a, b) = (FUNCS.map(flat_cpu(&read)), FUNCS.map(flat_cpu(&stopped)));
-        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
-        (format!("{v}: {FUNCS:?} {a:.1?} read, {b:.1?} stopped; largest difference {worst:.1}"), worst <= 2.0)
+        (format!("{v}: {}", lines.join("; ")), met)
     });
 }
 

@@ -87,3 +87,32 @@ pub fn chromium_dom(html: &Path, script: &str) -> Option<String> {
     }
     Some(dom)
 }
+
+/// py-spy (`pip install py-spy==0.4.3`; CI does) recording `pid` in its
+/// default mode (the process stopped for each read) for `secs` at `hz`:
+/// each leaf function's share (%) of its non-idle samples, by its bare name
+/// (`Class.method` as `method`), and the samples.
+pub fn py_spy_flat(pid: i32, secs: u32, hz: u32) -> (std::collections::HashMap<String, f64>, u64) {
+    let dir = crate::tmp::tempdir("py-spy");
+    let raw = dir.join("raw.txt");
+    let out = Command::new("py-spy")
+        .args(["record", "--pid", &pid.to_string(), "--duration", &secs.to_string(), "--rate", &hz.to_string()])
+        .args(["--format", "raw", "-o"])
+        .arg(&raw)
+        .stdout(Stdio::null())
+        .output()
+        .expect("`py-spy` not found: pip install py-spy==0.4.3 (CI does)");
+    assert!(out.status.success(), "py-spy record: {}", String::from_utf8_lossy(&out.stderr));
+    let mut counts = std::collections::HashMap::<String, u64>::new();
+    for line in std::fs::read_to_string(&raw).unwrap_or_default().lines() {
+        let Some((stack, n)) = line.rsplit_once(' ') else { continue };
+        let leaf = stack.rsplit(';').next().unwrap_or("");
+        let name = leaf.split(" (").next().unwrap_or("");
+        let name = if name.starts_with('<') { name } else { name.rsplit('.').next().unwrap_or(name) };
+        *counts.entry(name.to_string()).or_default() += n.parse::<u64>().unwrap_or(0);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let total = counts.values().sum::<u64>();
+    let shares = counts.into_iter().map(|(k, v)| (k, 100.0 * v as f64 / total.max(1) as f64)).collect();
+    (shares, total)
+}

@@ -1,5 +1,5 @@
 //! Sampling: the periodic pass over every thread of the target, what labels
-//! each sample (thread state, GIL waits, garbage collection, asyncio task,
+//! each sample (thread state, GIL waits, garbage collection, running threads' frames copied at the interrupt, asyncio task,
 //! OpenTelemetry span, Python thread name, native frames), and the profiles
 //! they add up to.
 
@@ -7,6 +7,7 @@ pub(crate) mod aggregate;
 pub mod asyncio;
 pub(crate) mod gc;
 pub(crate) mod gilwait;
+pub mod interrupt;
 pub mod native;
 pub mod otel_context;
 pub(crate) mod sampler;

@@ -14,7 +14,7 @@ use crate::remote::thread_cpu::{RunTime, TaskClock};
 use crate::sampling::otel_context::SpanIds;
 use crate::target::thread_states::{Method, ThreadStateMap};
 use crate::target::Target;
-use crate::walk::{read_stack, End, Stack, Walks};
+use crate::walk::{read_copied, read_stack, End, Stack, Walks};
 
 /// One thread's sample.
 #[derive(Clone, Debug)]
@@ -92,6 +92,9 @@ pub struct Sampler {
     pub spans: crate::sampling::otel_context::Spans,
     /// Mixed native and Python stacks (`--native`), when enabled.
     pub native: Option<crate::sampling::native::Native>,
+    /// Running threads' frames copied at the sampling interrupt (the
+    /// default where the program loads; not with `--native` or `--blocking`).
+    pub interrupt: Option<crate::sampling::interrupt::Interrupt>,
     /// Stop each running thread for the moment of its read (`--blocking`;
     /// see [`crate::remote::ptrace`]).
     pub blocking: bool,
@@ -216,6 +219,7 @@ impl Sampler {
             names: Default::default(),
             spans: Default::default(),
             native: None,
+            interrupt: None,
             blocking: false,
             stop_failed: 0,
             last_stop_error: None,
@@ -256,6 +260,9 @@ impl Sampler {
         self.gil_waits.retain(&tids);
         if let Some(n) = &mut self.native {
             n.retain_threads(&tids);
+        }
+        if let Some(i) = &mut self.interrupt {
+            i.retain_threads(&tids);
         }
         self.tids = tids;
         self.tids_at = Some(Instant::now());
@@ -304,7 +311,9 @@ impl Sampler {
     }
 
     /// Reads a thread's Python stack, with the asyncio task it runs and
-    /// the span it runs in (`still`: the thread is stopped).
+    /// the span it runs in (`still`: the thread is stopped; `at_interrupt`:
+    /// running thread `tid`'s frames are copied at its next sampling
+    /// interrupt, see [`crate::sampling::interrupt`]).
     ///
     /// The running task is read next to the stack on both sides: a task
     /// that switched during the read is the one that ran when the innermost
@@ -312,13 +321,17 @@ impl Sampler {
     /// during the read. The span is the one before and after the stack; if
     /// they differ (a task switch, a span begun or ended meanwhile), the
     /// stack is read again, at most `SPAN_READS` times in all.
-    fn read_thread(&mut self, tstate: u64, still: bool) -> ThreadRead {
+    fn read_thread(&mut self, tstate: u64, still: bool, at_interrupt: Option<i32>) -> ThreadRead {
         let mut reads = 0;
         loop {
             reads += 1;
             let task_before = self.tasks.running(&self.target, tstate);
             let span_mark = self.spans.mark(&self.target, tstate, still);
-            let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, still);
+            let copied = at_interrupt.zip(self.interrupt.as_mut()).and_then(|(tid, i)| i.copy(tid, tstate));
+            let read = match copied {
+                Some((top, frames)) => read_copied(&self.target, &mut self.walks, top, frames),
+                None => read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, still),
+            };
             let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
             match self.spans.read(&self.target, tstate, span_mark) {
                 Err(Changed) if reads < SPAN_READS => continue,
@@ -341,7 +354,7 @@ impl Sampler {
             return None;
         }
         for _ in 0..SHOT_TRIES {
-            let before = self.read_thread(tstate, false);
+            let before = self.read_thread(tstate, false, None);
             let n = self.native.as_mut()?;
             if !n.arm(tid) {
                 return None;
@@ -354,7 +367,7 @@ impl Sampler {
                 n.stats.moved += 1;
                 continue;
             }
-            let after = self.read_thread(tstate, false);
+            let after = self.read_thread(tstate, false, None);
             let n = self.native.as_mut()?;
             let native = n.unwind_taken()?;
             match n.in_python(&native.0) {
@@ -422,13 +435,17 @@ impl Sampler {
             let clock = self.clocks.entry(tid).or_insert_with(|| {
                 Clocks::open(pid, tid, is_young(start_ticks, since)).map_err(|e| self.clock_error = Some(e)).ok()
             });
+            let running = k.state == 'R';
             let t0 = Instant::now();
-            let before = clock.as_ref().and_then(|c| c.task.read().ok());
+            // Reading a running thread's clock interrupts its CPU: just
+            // before a stop, that tied the stop to the interrupt, and a
+            // thread about to be stopped is charged in full anyway.
+            let to_stop = running && self.blocking;
+            let before = clock.as_ref().filter(|_| !to_stop).and_then(|c| c.task.read().ok());
             let t1 = Instant::now();
             // `--native`: a running thread's native stack is sampled between
             // two reads of its Python stack, unless `--blocking` stops it (a
             // waiting one does not change).
-            let running = k.state == 'R';
             if let Some(n) = self.native.as_mut().filter(|_| running) {
                 n.prepare();
             }
@@ -444,7 +461,8 @@ impl Sampler {
                         (Some(n), Some(s)) => n.unwind(s),
                         _ => None,
                     };
-                    let (read, task, span) = self.read_thread(tstate, stopped.is_some());
+                    let at_interrupt = (running && stopped.is_none() && self.native.is_none()).then_some(tid);
+                    let (read, task, span) = self.read_thread(tstate, stopped.is_some(), at_interrupt);
                     (read, task, span, native)
                 }
             };

@@ -91,6 +91,8 @@ pub struct Summary {
     pub warnings: Vec<String>,
     /// How `--native` merges went.
     pub native: Option<native::NativeStats>,
+    /// What copying stacks at the sampling interrupt did (None: not used).
+    pub interrupt: Option<super::interrupt::InterruptStats>,
     /// What reading OpenTelemetry spans did.
     pub spans: super::otel_context::SpanStats,
 }
@@ -135,6 +137,16 @@ pub fn attach_with_sink(
         sampler.native = Some(n);
     }
     sampler.blocking = opts.blocking;
+    if !opts.blocking && !opts.native {
+        let interval_ns = 1_000_000_000 / u64::from(opts.hz.clamp(1, 10_000));
+        match super::interrupt::Interrupt::new(&sampler.target.layout, interval_ns) {
+            Ok(i) => sampler.interrupt = Some(i),
+            Err(e) => summary.warnings.push(format!(
+                "running threads' stacks read while they run, not at the sampling interrupt ({e}): \
+                 calls of a few microseconds may be charged to their neighbours; run as root for exact stacks"
+            )),
+        }
+    }
     let started = Instant::now();
     sampler.wait_initialized(Duration::from_secs(5));
 
@@ -212,6 +224,12 @@ pub fn attach_with_sink(
         summary
             .warnings
             .push(format!("--native: a thread's stack could not be sampled ({e}): it was stopped for its reads"));
+    }
+    summary.interrupt = sampler.interrupt.as_ref().map(|i| i.stats);
+    if let Some(e) = sampler.interrupt.as_ref().and_then(|i| i.error.as_ref()) {
+        summary
+            .warnings
+            .push(format!("a thread's sampling interrupt could not be armed ({e}): its stack was read while it ran"));
     }
     summary.spans = sampler.spans.stats.clone();
     if let Some(n) = &sampler.spans.note {

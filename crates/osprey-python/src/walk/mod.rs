@@ -15,4 +15,4 @@ mod snapshot;
 
 pub use chain::{End, MAX_DEPTH};
 pub use code::CodeCache;
-pub use read::{read_stack, Stack, Walks, TRUNCATED};
+pub use read::{read_copied, read_stack, Stack, Walks, TRUNCATED};

@@ -224,10 +224,28 @@ pub fn read_stack(t: &Target, walks: &mut Walks, tstate: u64, retries: &mut u64,
             }
         }
     }
-    let w = longest.expect("at least one attempt");
+    Ok(stack_of(longest.expect("at least one attempt")))
+}
+
+/// The stack a walk read, with a `[truncated]` frame if it did not reach
+/// the outermost frame.
+fn stack_of(w: Walk) -> Stack {
     let mut frames = w.frames;
-    frames.push(Frame::Synthetic(TRUNCATED.into()));
-    Ok(Stack { frames, truncated: Some(w.end), evals: w.evals.ends })
+    if w.end != End::Root {
+        frames.push(Frame::Synthetic(TRUNCATED.into()));
+    }
+    Stack { frames, truncated: (w.end != End::Root).then_some(w.end), evals: w.evals.ends }
+}
+
+/// The stack of frames copied while the thread was interrupted (see
+/// [`crate::sampling::interrupt`]): `top` its innermost frame, `frames` the
+/// copies (address, bytes) from it outwards. The thread did not run during
+/// the copy, so one walk over it is the stack of that instant, as a stopped
+/// thread's is; frames past the copy's end are read now.
+pub fn read_copied(t: &Target, walks: &mut Walks, top: u64, frames: Vec<(u64, Vec<u8>)>) -> io::Result<Stack> {
+    let snap = Snapshot::of(frames);
+    let w = walk_from(t, &mut walks.codes, &snap, &[], top, t.layout.frame_size_to_read, Top::Stopped)?;
+    Ok(stack_of(w))
 }
 
 /// Walks per stack read, at most.

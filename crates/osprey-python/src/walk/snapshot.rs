@@ -94,6 +94,14 @@ impl Snapshot {
         Snapshot { asked, ranges: whole }
     }
 
+    /// A snapshot of copies made elsewhere (address, bytes): the frames a
+    /// program copied at the sampling interrupt.
+    pub(crate) fn of(mut copies: Vec<(u64, Vec<u8>)>) -> Snapshot {
+        copies.sort_unstable_by_key(|c| c.0);
+        copies.dedup_by_key(|c| c.0);
+        Snapshot { asked: copies.iter().map(|c| (c.0, c.1.len())).collect(), ranges: copies }
+    }
+
     /// The `len` bytes at `addr`, if copied: asked for, or inside a range
     /// (a frame pushed where the thread's earlier walks had none, between
     /// frames they had).
@@ -143,5 +151,15 @@ mod tests {
         assert_eq!(snap.copy(0xfff, 1), None);
         assert_eq!(snap.copy(0x1800, 8), None);
         assert_eq!(snap.copy(0x2008, 8), Some(&[9u8; 8][..]));
+    }
+
+    #[test]
+    fn copies_made_elsewhere_are_found_by_their_address() {
+        // Out of order, one twice: each found at its own address, whole.
+        let snap = Snapshot::of(vec![(0x3000, vec![3; 16]), (0x1000, vec![1; 16]), (0x1000, vec![1; 16])]);
+        assert_eq!(snap.copy(0x1000, 16), Some(&[1u8; 16][..]));
+        assert_eq!(snap.copy(0x3008, 8), Some(&[3u8; 8][..]));
+        assert_eq!(snap.copy(0x2000, 8), None);
+        assert_eq!(snap.asked, vec![(0x1000, 16), (0x3000, 16)]);
     }
 }

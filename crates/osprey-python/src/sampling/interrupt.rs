@@ -1,0 +1,173 @@
+//! Running threads' frames copied at their sampling interrupts.
+//!
+//! Read from outside, a running thread's stack moves while it is copied:
+//! calls shorter than the copy (a microsecond or so) are charged to their
+//! callers or neighbours. Stopping the thread (`--blocking`) costs it a
+//! stop per sample. Instead, each running thread gets a perf event that
+//! fires every half sampling interval of its CPU time, and a BPF program
+//! ([`osprey_perf::chain`]) run at that interrupt, on the thread's CPU
+//! while it is interrupted, copies its frame pointer and frame chain: the
+//! stack of that instant, as a stopped reader sees it. A pass uses the
+//! thread's latest copy.
+//!
+//! The events run freely: arming one per sample (an IPI to the thread's
+//! CPU, then a sample 10 µs of its CPU later) put 10-20 points more of a
+//! call-heavy loop in the loop itself and less in allocation, whatever the
+//! interpreter (docs/design/python-reader.md).
+//!
+//! Needs root (CAP_BPF and CAP_PERFMON). Where the program cannot be
+//! loaded, a thread's event opened, or its latest copy is older than
+//! [`MAX_AGE`] intervals (it waited for a CPU: its Python stack did not
+//! move meanwhile), the stack is read from outside.
+
+use std::collections::HashMap;
+
+use osprey_perf::chain::{Chain, ChainEnd, ChainSpec};
+use osprey_perf::{Config, ThreadSampler};
+
+use crate::layout::Layout;
+
+/// Frames copied at most per sample; a deeper stack's outer frames are
+/// read from outside, after the copy.
+const MAX_FRAMES: u32 = 256;
+/// Threads watched at once, at most (the others are read from outside).
+const SLOTS: u32 = 256;
+/// Copies per sampling interval of a thread's CPU time.
+const COPIES_PER_INTERVAL: u32 = 2;
+/// A copy older than this many sampling intervals is not used.
+const MAX_AGE: u64 = 2;
+
+/// What the copies did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InterruptStats {
+    /// Stacks read from a copy made at the interrupt.
+    pub copied: u64,
+    /// Running threads read from outside: no copy recent enough.
+    pub missed: u64,
+    /// Copies cut short by memory the program could not read (the rest
+    /// read from outside).
+    pub faults: u64,
+}
+
+/// A copy: the innermost frame's address and the frames (address, bytes)
+/// from it outwards.
+pub type Frames = (u64, Vec<(u64, Vec<u8>)>);
+
+/// One watched thread.
+struct Watched {
+    /// None where it could not be opened: read from outside.
+    events: Option<ThreadSampler>,
+    slot: u32,
+    tstate: u64,
+    /// Copies from before this (a new thread state) are not used.
+    since_ns: u64,
+}
+
+/// The program and each running thread's event.
+pub struct Interrupt {
+    chain: Chain,
+    /// Where the frame pointer is in a thread state.
+    tstate_frame: u64,
+    threads: HashMap<i32, Watched>,
+    free: Vec<u32>,
+    /// The sampling interval (ns).
+    interval_ns: u64,
+    /// What the copies did so far.
+    pub stats: InterruptStats,
+    /// Why the last thread's event could not be opened or attached.
+    pub error: Option<String>,
+}
+
+impl Interrupt {
+    /// Loads the program for the interpreter's frame layout, for samples
+    /// every `interval_ns`.
+    pub fn new(l: &Layout, interval_ns: u64) -> Result<Interrupt, String> {
+        let spec = ChainSpec {
+            derefs: l.cframe_current_frame.map(|o| o as u32).into_iter().collect(),
+            node_bytes: u32::try_from(l.frame_size_to_read.div_ceil(8) * 8).unwrap_or(u32::MAX),
+            next: l.frame_previous as u32,
+            max_nodes: MAX_FRAMES,
+        };
+        let chain = Chain::load(&spec, SLOTS).map_err(|e| format!("bpf: {e}"))?;
+        Ok(Interrupt {
+            chain,
+            tstate_frame: l.tstate_frame,
+            threads: HashMap::new(),
+            free: (0..SLOTS).rev().collect(),
+            interval_ns: interval_ns.max(1),
+            stats: Default::default(),
+            error: None,
+        })
+    }
+
+    /// Stops watching threads not in `tids`.
+    pub fn retain_threads(&mut self, tids: &[i32]) {
+        let gone: Vec<i32> = self.threads.keys().filter(|t| !tids.contains(t)).copied().collect();
+        for tid in gone {
+            self.forget(tid);
+        }
+    }
+
+    fn forget(&mut self, tid: i32) {
+        if let Some(w) = self.threads.remove(&tid) {
+            self.chain.unwatch(tid as u32);
+            self.free.push(w.slot);
+        }
+    }
+
+    /// Starts watching thread `tid` (its state at `tstate`).
+    fn watch(&mut self, tid: i32, tstate: u64) -> Option<&mut Watched> {
+        let slot = self.free.pop()?;
+        let start = tstate + self.tstate_frame;
+        let hz = (1_000_000_000 / self.interval_ns).clamp(1, 10_000) as u32 * COPIES_PER_INTERVAL;
+        // In the kernel too (a system call, a page fault): the Python stack
+        // is as consistent there, and the copies then cover all of the
+        // thread's CPU time, as a stopped reader's samples do.
+        let config = Config { ring_pages: Some(1), include_kernel: true, ..Config::new(hz, 8) };
+        let open = |c: &Config| ThreadSampler::open_paused(tid as u32, c);
+        let opened = self
+            .chain
+            .watch(tid as u32, slot, start)
+            .map_err(|e| format!("bpf map: {e}"))
+            .and_then(|()| {
+                open(&config).or_else(|_| open(&Config { include_kernel: false, ..config })).map_err(|e| e.to_string())
+            })
+            .and_then(|s| s.attach(&self.chain).and_then(|()| s.resume()).map(|()| s).map_err(|e| e.to_string()));
+        let events = opened.map_err(|e| self.error = Some(e)).ok();
+        let w = Watched { events, slot, tstate, since_ns: osprey_perf::now_ns() };
+        Some(self.threads.entry(tid).insert_entry(w).into_mut())
+    }
+
+    /// Running thread `tid`'s frames (its state at `tstate`) as copied at
+    /// its latest interrupt; None if there is no recent copy.
+    pub fn copy(&mut self, tid: i32, tstate: u64) -> Option<Frames> {
+        if self.threads.get(&tid).is_some_and(|w| w.tstate != tstate) {
+            self.forget(tid);
+        }
+        let w = match self.threads.contains_key(&tid) {
+            true => self.threads.get_mut(&tid)?,
+            false => self.watch(tid, tstate)?,
+        };
+        w.events.as_ref()?;
+        let (slot, since) = (w.slot, w.since_ns);
+        let fresh = osprey_perf::now_ns().saturating_sub(MAX_AGE * self.interval_ns).max(since);
+        let Some(c) = self.chain.latest(slot, tid as u32).filter(|c| c.time_ns >= fresh) else {
+            self.stats.missed += 1;
+            return None;
+        };
+        self.stats.faults += (c.end == ChainEnd::Fault) as u64;
+        if c.top == 0 && c.end == ChainEnd::Fault {
+            // Not even the frame pointer could be read.
+            return None;
+        }
+        self.stats.copied += 1;
+        Some((c.top, c.nodes))
+    }
+}
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        // The events go before the program and maps they run.
+        self.threads.clear();
+    }
+}
