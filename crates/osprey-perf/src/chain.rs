@@ -2,7 +2,7 @@
 //! thread is the one the CPU was running, so nothing it writes moves during
 //! the copy, and it is not stopped for it.
 //!
-//! A BPF program ([`crate::bpf`]), attached to each watched thread's
+//! A BPF program (assembled in `bpf.rs`), attached to each watched thread's
 //! periodic event ([`crate::ThreadSampler::attach`]), runs at every overflow
 //! on the thread's CPU. For a thread given a slot by [`Chain::watch`] it
 //! reads the pointer at the slot's start address, follows

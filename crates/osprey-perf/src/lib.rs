@@ -13,8 +13,9 @@
 //! - [`Unwinder`]: a process's modules and tables; [`Unwinder::unwind`]
 //!   turns a [`RawSample`] into a [`Stack`].
 //! - [`chain::Chain`]: a linked chain of the thread's memory (a CPython
-//!   thread's frames) copied by a BPF program at a [`OneShot`]'s sample,
-//!   while the thread is interrupted (root or CAP_BPF + CAP_PERFMON).
+//!   thread's frames) copied by a BPF program at each overflow of a
+//!   [`ThreadSampler`] attached to it, while the thread is interrupted
+//!   (root or CAP_BPF + CAP_PERFMON).
 //! - [`thread_ctx::read_thread_contexts`]: each thread's OpenTelemetry
 //!   thread context (OTEP 4947) — trace and span id — read from outside.
 //!

@@ -71,8 +71,7 @@ fn flat_cpu(profiles: &[ProfileData]) -> impl Fn(&str) -> f64 {
     let mut flat = std::collections::HashMap::<String, i64>::new();
     for s in profiles.iter().flat_map(|p| &p.samples) {
         let leaf = s.frames.iter().map(name).find(|&n| n != "[gc]").unwrap_or("");
-        let bare = if leaf.starts_with('<') { leaf } else { leaf.rsplit('.').next().unwrap_or(leaf) };
-        *flat.entry(bare.to_string()).or_default() += s.values[1];
+        *flat.entry(osprey_testkit::readers::bare_name(leaf).to_string()).or_default() += s.values[1];
     }
     let total = flat.values().sum::<i64>().max(1) as f64;
     move |f: &str| 100.0 * flat.get(f).copied().unwrap_or(0) as f64 / total

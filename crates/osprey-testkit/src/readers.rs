@@ -107,12 +107,21 @@ pub fn py_spy_flat(pid: i32, secs: u32, hz: u32) -> (std::collections::HashMap<S
     for line in std::fs::read_to_string(&raw).unwrap_or_default().lines() {
         let Some((stack, n)) = line.rsplit_once(' ') else { continue };
         let leaf = stack.rsplit(';').next().unwrap_or("");
-        let name = leaf.split(" (").next().unwrap_or("");
-        let name = if name.starts_with('<') { name } else { name.rsplit('.').next().unwrap_or(name) };
+        let name = bare_name(leaf.split(" (").next().unwrap_or(""));
         *counts.entry(name.to_string()).or_default() += n.parse::<u64>().unwrap_or(0);
     }
     let _ = std::fs::remove_dir_all(&dir);
     let total = counts.values().sum::<u64>();
     let shares = counts.into_iter().map(|(k, v)| (k, 100.0 * v as f64 / total.max(1) as f64)).collect();
     (shares, total)
+}
+
+/// A Python function's name as py-spy shows it: `Class.method` as `method`;
+/// `<module>`, `<genexpr>` and the like whole.
+pub fn bare_name(qualified: &str) -> &str {
+    if qualified.starts_with('<') {
+        qualified
+    } else {
+        qualified.rsplit('.').next().unwrap_or(qualified)
+    }
 }

@@ -1,5 +1,6 @@
-//! Sampling: the periodic pass over every thread of the target, what labels
-//! each sample (thread state, GIL waits, garbage collection, running threads' frames copied at the interrupt, asyncio task,
+//! Sampling: the periodic pass over every thread of the target, running
+//! threads' frames copied at their sampling interrupt, what labels each
+//! sample (thread state, GIL waits, garbage collection, asyncio task,
 //! OpenTelemetry span, Python thread name, native frames), and the profiles
 //! they add up to.
 

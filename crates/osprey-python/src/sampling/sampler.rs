@@ -312,8 +312,8 @@ impl Sampler {
 
     /// Reads a thread's Python stack, with the asyncio task it runs and
     /// the span it runs in (`still`: the thread is stopped; `at_interrupt`:
-    /// running thread `tid`'s frames are copied at its next sampling
-    /// interrupt, see [`crate::sampling::interrupt`]).
+    /// running thread `tid`'s frames are taken from its latest copy made at
+    /// its sampling interrupt, see [`crate::sampling::interrupt`]).
     ///
     /// The running task is read next to the stack on both sides: a task
     /// that switched during the read is the one that ran when the innermost
