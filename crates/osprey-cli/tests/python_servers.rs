@@ -155,7 +155,11 @@ fn report_of_one_slow_request() {
             continue;
         };
         let (cpu, only) = cpu_in_span(&p, span);
-        assert!(only, "a sample of another request under --span {span:016x}");
+        let other = p.sample.iter().find(|x| label(&p, x, "span id").map(|l| l.1 as u64) != Some(span));
+        let labels = other.map(|x| {
+            ["span id", "local root span id", "thread id", "state"].map(|k| format!("{k}={:?}", label(&p, x, k)))
+        });
+        assert!(only, "a sample of another request under --span {span:016x}: {labels:?}");
         let slow_path = p.sample.iter().filter(|x| function_names(&p, x).contains(&"slow_path")).count();
         // The server span also covers the framework's dispatch around the view.
         let in_view = p.sample.iter().filter(|x| function_names(&p, x).contains(&"index")).count();

@@ -24,8 +24,9 @@ pub fn free_rt_signal(from: i32, skip: &[i32]) -> Option<i32> {
     })
 }
 
-/// Installs `handler` for `signal` (SA_SIGINFO | SA_RESTART; the signal is
-/// blocked while its handler runs).
+/// Installs `handler` for `signal` (SA_SIGINFO | SA_RESTART; the signal,
+/// and the termination signals of `signal::shutdown::HELD`, are blocked
+/// while its handler runs).
 pub(crate) fn install(
     signal: i32,
     handler: unsafe extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void),
@@ -36,6 +37,9 @@ pub(crate) fn install(
         sa.sa_sigaction = handler as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
+        for s in crate::signal::shutdown::HELD {
+            libc::sigaddset(&mut sa.sa_mask, s);
+        }
         let mut previous: libc::sigaction = core::mem::zeroed();
         if libc::sigaction(signal, &sa, &mut previous) != 0 {
             return Err(std::io::Error::last_os_error());
@@ -94,5 +98,31 @@ fn is_ours(signal: i32, handler: usize) -> bool {
     unsafe {
         let mut cur: libc::sigaction = core::mem::zeroed();
         libc::sigaction(signal, core::ptr::null(), &mut cur) == 0 && cur.sa_sigaction == handler
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe extern "C" fn nothing(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+    /// A termination signal arriving in an osprey handler would wait for a
+    /// collector that waits for that handler's put: it is held back.
+    #[test]
+    fn handlers_hold_back_the_termination_signals() {
+        let sig = libc::SIGRTMAX() - 3;
+        let installed = install(sig, nothing).unwrap();
+        // SAFETY: querying a disposition with a null new action.
+        let mask = unsafe {
+            let mut cur: libc::sigaction = core::mem::zeroed();
+            assert_eq!(libc::sigaction(sig, core::ptr::null(), &mut cur), 0);
+            cur.sa_mask
+        };
+        for s in crate::signal::shutdown::HELD {
+            // SAFETY: a valid set and signal number.
+            assert_eq!(unsafe { libc::sigismember(&mask, s) }, 1, "signal {s} not held back");
+        }
+        assert!(installed.restore());
     }
 }

@@ -91,6 +91,11 @@ impl Tasks {
         None
     }
 
+    /// Whether running tasks are read (their offsets are known).
+    pub fn known(&self) -> bool {
+        self.offsets.is_some()
+    }
+
     /// The task `tstate` is running (0: none, or unknown yet).
     pub fn running(&mut self, t: &Target, tstate: u64) -> u64 {
         let Some(o) = self.offsets(t) else { return 0 };

@@ -18,7 +18,10 @@
 //! Needs root (CAP_BPF and CAP_PERFMON). Where the program cannot be
 //! loaded, a thread's event opened, or its latest copy is older than
 //! [`MAX_AGE`] intervals (it waited for a CPU: its Python stack did not
-//! move meanwhile), the stack is read from outside.
+//! move meanwhile), the stack is read from outside. So it is in a process
+//! whose spans or asyncio tasks are read (the sampler decides): those are
+//! read at the pass, and a copy from before could pair a stack with a span
+//! it did not run in.
 
 use std::collections::HashMap;
 

@@ -179,13 +179,20 @@ impl Default for Spans {
 }
 
 impl Spans {
+    /// Whether spans are read (the variable was found): a stack then has to
+    /// be read between [`Spans::mark`] and [`Spans::read`], not copied
+    /// earlier, or it could get a span it did not run in.
+    pub fn found(&self) -> bool {
+        matches!(self.search, Search::Found(_))
+    }
+
     /// What to pass to [`Spans::read`], read before the thread's stack: the
     /// state of its context's variables then (default: none, or spans not
     /// read), and when; `stopped`: the thread stands still until then (no
     /// time limit).
     pub fn mark(&mut self, t: &Target, tstate: u64, stopped: bool) -> Before {
         let at = Instant::now();
-        if !matches!(self.search, Search::Found(_)) {
+        if !self.found() {
             return Before { state: Mark::default(), at, stopped };
         }
         let r = Reader::new(t, contextvars::STATE_READS);

@@ -229,22 +229,25 @@ fn uniform(c: &Countdown) -> f64 {
     (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Blocks the sampling signal until dropped.
+/// Blocks the sampling signal and the termination signals whose handlers
+/// wait for the collector ([`super::shutdown::HELD`]) until dropped.
 struct SignalBlock(Option<libc::sigset_t>);
 
 impl SignalBlock {
     fn new() -> Self {
         let sig = STATE.sample_signal.load(Relaxed);
-        if sig <= 0 {
-            return SignalBlock(None);
-        }
         // SAFETY: sigset_t is plain data; sigemptyset/sigaddset/pthread_sigmask
         // are async-signal-safe and only touch the sets given.
         unsafe {
             let mut set: libc::sigset_t = core::mem::zeroed();
             let mut old: libc::sigset_t = core::mem::zeroed();
             libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, sig);
+            if sig > 0 {
+                libc::sigaddset(&mut set, sig);
+            }
+            for s in super::shutdown::HELD {
+                libc::sigaddset(&mut set, s);
+            }
             if libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) != 0 {
                 return SignalBlock(None);
             }

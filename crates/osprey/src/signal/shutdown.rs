@@ -21,6 +21,13 @@ use super::sys::{self, ErrnoGuard};
 use crate::registry::Registry;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering::*};
 
+/// The signals whose handlers ([`on_terminate`], [`on_sigio`]) wait for the
+/// collector: blocked while an osprey signal handler or the sampled-allocation
+/// path runs. The collector's rotation waits for that thread's put in flight,
+/// which cannot end under a handler that waits: the last profile would be
+/// lost after the whole [`FLUSH_WAIT_NS`].
+pub const HELD: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGIO];
+
 /// How long the handler waits for the profile to be written.
 pub const FLUSH_WAIT_NS: u64 = 1_000_000_000;
 
