@@ -155,7 +155,8 @@ fn report_of_one_slow_request() {
             continue;
         };
         let (cpu, only) = cpu_in_span(&p, span);
-        let other = p.sample.iter().find(|x| label(&p, x, "span id").map(|l| l.1 as u64) != Some(span));
+        let of = |x, k| label(&p, x, k).map(|l| l.1 as u64) == Some(span);
+        let other = p.sample.iter().find(|x| !of(x, "span id") && !of(x, "local root span id"));
         let labels = other.map(|x| {
             ["span id", "local root span id", "thread id", "state"].map(|k| format!("{k}={:?}", label(&p, x, k)))
         });

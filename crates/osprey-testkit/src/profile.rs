@@ -123,10 +123,13 @@ pub fn function_lines<'a>(p: &'a Profile, s: &Sample) -> Vec<(&'a str, i64)> {
     out
 }
 
-/// Total CPU (ns) of `p` and whether every sample carries span id `span`.
+/// Total CPU (ns) of `p` and whether every sample is of request `span`:
+/// its span id, or its local root span id (a span the request began
+/// inside it), is `span`, as `osprey report --span` keeps them.
 pub fn cpu_in_span(p: &Profile, span: u64) -> (i64, bool) {
     let cpu = p.sample_type.iter().position(|t| p.string(t.r#type) == "cpu").unwrap();
     let total = p.sample.iter().map(|s| s.value[cpu]).sum();
-    let all = p.sample.iter().all(|s| label(p, s, "span id").map(|(_, n)| n as u64) == Some(span));
+    let of = |s, k| label(p, s, k).map(|(_, n)| n as u64) == Some(span);
+    let all = p.sample.iter().all(|s| of(s, "span id") || of(s, "local root span id"));
     (total, all)
 }

@@ -20,10 +20,10 @@
 //! [`BUDGET`] memory reads; every object's type is checked (types are
 //! verified by name and flags once, then compared by address), so a torn
 //! read gives no span, counted in [`SpanStats::torn`], never another's.
-//! The context's variables are read before the stack too: a thread that
-//! set or reset one during the stack read (an asyncio task switch, a span
-//! begun or ended) gets [`Changed`], as the span may not be the one the
-//! stack ran in; so does one not stopped whose read took over [`MAX_GAP`]
+//! The context's variables are read before the stack and after the span
+//! too: a thread that set or reset one during the stack or span read (an
+//! asyncio task switch, a span begun or ended) gets [`Changed`], as the
+//! span may not be the one the stack ran in; so does one not stopped whose read took over [`MAX_GAP`]
 //! (the sampler preempted): a freed HAMT's memory is soon reused for the
 //! next one of the same size, and enough time lets the thread reach a
 //! state that reads the same. The sampler then reads stack and span
@@ -345,7 +345,13 @@ impl Spans {
         if now != mark.state || (!mark.stopped && mark.at.elapsed() > MAX_GAP) {
             return Ok(Err(Changed));
         }
-        self.span_in(r, root, var).map(Ok)
+        let span = self.span_in(r, root, var)?;
+        // A running thread may end its span during the span's own reads, and
+        // the objects freed be reused at once: ids of two spans mixed.
+        if !mark.stopped && contextvars::state(r, tstate)?.map(|s| s.0) != Some(mark.state) {
+            return Ok(Err(Changed));
+        }
+        Ok(Ok(span))
     }
 
     /// The span in the context variables whose HAMT root is `root`.
