@@ -29,6 +29,8 @@ pub struct Offsets {
     pub task_size: u64,
     /// Offset of a task's name in the task object.
     pub task_name: u64,
+    /// Offset of the running event loop in a thread state.
+    pub tstate_running_loop: u64,
     /// Offset of the running task in a thread state.
     pub tstate_running_task: u64,
 }
@@ -40,13 +42,12 @@ impl Offsets {
             return None;
         }
         let w = |i: usize| rd_u64(b, 8 * i);
-        let o = Offsets { task_size: w(0), task_name: w(1), tstate_running_task: w(11) };
+        let o = Offsets { task_size: w(0), task_name: w(1), tstate_running_loop: w(10), tstate_running_task: w(11) };
         let tstate_size = w(9);
         let ok = (32..=4096).contains(&o.task_size)
             && o.task_name % 8 == 0
             && o.task_name + 8 <= o.task_size
-            && o.tstate_running_task % 8 == 0
-            && o.tstate_running_task + 8 <= tstate_size
+            && [o.tstate_running_loop, o.tstate_running_task].iter().all(|&f| f % 8 == 0 && f + 8 <= tstate_size)
             && tstate_size <= 1 << 20;
         ok.then_some(o)
     }
@@ -91,9 +92,12 @@ impl Tasks {
         None
     }
 
-    /// Whether running tasks are read (their offsets are known).
-    pub fn known(&self) -> bool {
-        self.offsets.is_some()
+    /// Whether `tstate` runs an event loop (so its samples get tasks). The
+    /// module's offsets alone say nothing: `_asyncio` is built into some
+    /// interpreters (Debian's 3.15), loaded or not by the program.
+    pub fn in_loop(&mut self, t: &Target, tstate: u64) -> bool {
+        let Some(o) = self.offsets(t) else { return false };
+        t.mem.u64(tstate + o.tstate_running_loop).map_or(true, |l| l != 0)
     }
 
     /// The task `tstate` is running (0: none, or unknown yet).
@@ -138,9 +142,13 @@ mod tests {
         w[0] = 240; // sizeof task
         w[1] = 112; // task_name
         w[9] = 1024; // sizeof thread state
+        w[10] = 976; // running loop
         w[11] = 984; // running task
         let b: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        assert_eq!(Offsets::parse(&b), Some(Offsets { task_size: 240, task_name: 112, tstate_running_task: 984 }));
+        assert_eq!(
+            Offsets::parse(&b),
+            Some(Offsets { task_size: 240, task_name: 112, tstate_running_loop: 976, tstate_running_task: 984 })
+        );
         w[11] = 1024;
         let b: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(Offsets::parse(&b), None);

@@ -19,7 +19,8 @@
 //! loaded, a thread's event opened, or its latest copy is older than
 //! [`MAX_AGE`] intervals (it waited for a CPU: its Python stack did not
 //! move meanwhile), the stack is read from outside. So it is in a process
-//! whose spans or asyncio tasks are read (the sampler decides): those are
+//! whose spans are read and in a thread running an asyncio loop (the
+//! sampler decides): those are
 //! read at the pass, and a copy from before could pair a stack with a span
 //! it did not run in.
 

@@ -463,7 +463,7 @@ impl Sampler {
                     };
                     // A copy is from up to two intervals ago: where spans or
                     // tasks are read now, the stack is read next to them.
-                    let labelled = self.spans.found() || self.tasks.known();
+                    let labelled = self.spans.found() || self.tasks.in_loop(&self.target, tstate);
                     let at_interrupt =
                         (running && stopped.is_none() && self.native.is_none() && !labelled).then_some(tid);
                     let (read, task, span) = self.read_thread(tstate, stopped.is_some(), at_interrupt);
