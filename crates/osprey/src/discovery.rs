@@ -241,11 +241,11 @@ impl Discovery {
         self.interval.unwrap_or(Duration::ZERO).max(base)
     }
 
-    /// Notes [`uncharged_ns`] when the collector starts: what the main
-    /// thread used before it was registered (the loader, the agent's own
-    /// start) is never charged, and is no thread's to account.
-    pub fn started(&mut self) {
-        self.uncharged_at_start = uncharged_ns();
+    /// Notes [`uncharged_ns`] as taken when the collector was started: what
+    /// the main thread used before it was registered (the loader, the
+    /// agent's own start) is never charged, and is no thread's to account.
+    pub fn started(&mut self, uncharged_ns: Option<i64>) {
+        self.uncharged_at_start = uncharged_ns;
     }
 
     /// Runs the clock check now (before the last profile), whatever its
@@ -426,7 +426,7 @@ fn stalled(advanced: u64, none: bool, uncharged: u64, seen: bool, period: u64) -
 /// charged and osprey's own threads did not use, in total: it grows by the
 /// CPU of threads that are not sampled, and otherwise stays within a
 /// sampling period per running thread.
-fn uncharged_ns() -> Option<i64> {
+pub(crate) fn uncharged_ns() -> Option<i64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid out pointer.
     if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {

@@ -321,6 +321,8 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
         dispositions: installed,
         tracker: Mutex::new(tracker),
         tables_after,
+        claim: Default::default(),
+        started: Mutex::new(None),
     }));
     AGENT.store(agent as *const _ as *mut _, Release);
     ownership::claim();
@@ -429,13 +431,19 @@ fn stop(ending: Ending) -> Vec<PathBuf> {
             std::thread::yield_now();
         }
     });
-    // 3. Final flush on the collector thread.
-    {
-        let (lock, _) = &*agent.control;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+    // 3. Final flush: here if the collector has not begun its work (it is
+    // asleep: at `exit` it ends with the process), else on the collector.
+    agent.control.0.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+    let here = collector::stop_here(agent);
+    if !here || ending == Ending::Stop {
         collector::wake();
     }
-    if let Some(h) = agent.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    let joined = if here && ending == Ending::Exit {
+        None
+    } else {
+        agent.thread.lock().unwrap_or_else(|e| e.into_inner()).take()
+    };
+    if let Some(h) = joined {
         let limit = COLLECTOR_END + agent.cfg.upload.as_ref().map_or(Duration::ZERO, |u| u.exit_wait);
         if collector_ended_within(agent, limit) {
             let _ = h.join();
@@ -547,6 +555,8 @@ fn continue_in_child() {
         dispositions: vec![],
         tracker: Mutex::new(None),
         tables_after: collector::FORKED_TABLES_AFTER,
+        claim: Default::default(),
+        started: Mutex::new(None),
     }));
     AGENT.store(child as *const _ as *mut _, Release);
     ownership::claim();

@@ -158,6 +158,14 @@ impl Aggregator {
         }
     }
 
+    /// The first profile counts from `realtime_ns`/`mono_ns` (the agent's
+    /// start) rather than from this aggregator's creation.
+    pub(crate) fn since(mut self, realtime_ns: u64, mono_ns: u64) -> Self {
+        self.start_realtime_ns = realtime_ns;
+        self.start_mono_ns = mono_ns;
+        self
+    }
+
     /// Drains every ring that got samples; recycles retired records once drained.
     pub fn drain(&mut self, reg: &Registry) {
         reg.for_each_dirty(|idx, rec| {

@@ -62,10 +62,57 @@ pub(crate) struct Agent {
     pub tracker: Mutex<Option<osprey_unwind::scan::Tracker>>,
     /// Without a tracker: how long after start the collector builds one.
     pub tables_after: std::time::Duration,
+    /// Who does the collector's work: see [`Claim`].
+    pub claim: Claim,
+    /// Taken when the collector thread is created; read by whoever claims.
+    pub started: Mutex<Option<Started>>,
+}
+
+/// Who runs the collector's work ([`run`]) for an agent. Invariant: it
+/// leaves `IDLE` once, by a compare-exchange, and only the winner runs
+/// `run`. The collector thread sleeps until its first deadline before
+/// claiming; a stop that comes first claims and writes the last profile on
+/// the stopping thread, so a process shorter than that first sleep never
+/// wakes its collector (no thread switch, no malloc arena for it).
+#[derive(Default)]
+pub(crate) struct Claim(std::sync::atomic::AtomicU8);
+
+impl Claim {
+    const IDLE: u8 = 0;
+    const COLLECTOR: u8 = 1;
+    const STOPPER: u8 = 2;
+
+    fn take(&self, by: u8) -> bool {
+        use std::sync::atomic::Ordering::AcqRel;
+        self.0.compare_exchange(Self::IDLE, by, AcqRel, std::sync::atomic::Ordering::Acquire).is_ok()
+    }
+}
+
+/// The agent's start as the collector's work counts from it: the first
+/// profile's start time and the first deadlines.
+#[derive(Clone, Copy)]
+pub(crate) struct Started {
+    at: Instant,
+    realtime_ns: u64,
+    mono_ns: u64,
+    /// `Discovery::started`'s mark.
+    uncharged_ns: Option<i64>,
+}
+
+impl Started {
+    fn now() -> Started {
+        Started {
+            at: Instant::now(),
+            realtime_ns: sys::realtime_ns(),
+            mono_ns: sys::monotonic_ns(),
+            uncharged_ns: crate::discovery::uncharged_ns(),
+        }
+    }
 }
 
 /// Starts the collector thread of `agent`; returns once it is created. It
-/// marks itself internal (never primed, never sampled) before it runs.
+/// marks itself internal (never primed, never sampled) before it runs, and
+/// allocates nothing before its first deadline (see [`Claim`]).
 pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
     /// Marks the collector ended when dropped: also if `run` panics.
     struct Ended(&'static Agent);
@@ -76,12 +123,87 @@ pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
             cv.notify_all();
         }
     }
+    let started = Started::now();
+    *agent.started.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
     let h = threads::spawn_collector("osprey-collect", move || {
         let _ended = Ended(agent);
-        run(agent);
+        let schedule = Schedule::from(&agent.cfg, started);
+        first_wait(agent, &schedule);
+        if agent.claim.take(Claim::COLLECTOR) {
+            run(agent, started, schedule, own::OwnCpu::default());
+        }
     })?;
     *agent.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
     Ok(())
+}
+
+/// For a stop: claims the collector's work if its thread has not, and then
+/// writes the last profile on the calling thread (sampling already off),
+/// its CPU counted as osprey's. Returns false if the collector has it.
+pub(crate) fn stop_here(agent: &'static Agent) -> bool {
+    if !agent.claim.take(Claim::STOPPER) {
+        return false;
+    }
+    let Some(started) = *agent.started.lock().unwrap_or_else(|e| e.into_inner()) else { return false };
+    run(agent, started, Schedule::from(&agent.cfg, started), own::OwnCpu::with_current());
+    let (lock, cv) = &*agent.control;
+    lock.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
+    cv.notify_all();
+    true
+}
+
+/// The collector's deadlines, from the agent's start.
+struct Schedule {
+    born: Instant,
+    next_scan: Instant,
+    next_drain: Instant,
+    next_flush: Instant,
+    next_takeover_check: Instant,
+}
+
+impl Schedule {
+    fn from(cfg: &Config, started: Started) -> Schedule {
+        let now = started.at;
+        // The first scan after one interval: a process that ends sooner is
+        // checked once, by the final flush, rather than listed at start too. A
+        // process the command started (`--children`) has it when its unwind
+        // tables come: most end before, and threads created without
+        // `pthread_create` are few there (their CPU is still counted at exit).
+        let first_scan = cfg.scan_interval.max(unwind_tables::deferred());
+        Schedule {
+            born: now,
+            next_scan: now + first_scan,
+            next_drain: now + drain_interval(cfg),
+            next_flush: now + cfg.period_grid.map_or(cfg.period, |g| g.until_next_end()),
+            next_takeover_check: now + TAKEOVER_CHECK,
+        }
+    }
+
+    fn first(&self) -> Instant {
+        self.next_scan.min(self.next_drain).min(self.next_flush).min(self.next_takeover_check)
+    }
+}
+
+/// Sleeps until the first deadline or a request (a flush, a stop, a
+/// termination signal), allocating nothing. Not with wall time on: its
+/// sampler ticks from the start.
+fn first_wait(agent: &Agent, schedule: &Schedule) {
+    if agent.cfg.wall {
+        return;
+    }
+    loop {
+        // Read before looking for requests: one posted after this bumps it.
+        let seq = SHUTDOWN.wake.load(std::sync::atomic::Ordering::Acquire);
+        let requested = {
+            let g = agent.control.0.lock().unwrap_or_else(|e| e.into_inner());
+            g.stop || g.flush_requested
+        };
+        let left = schedule.first().saturating_duration_since(Instant::now());
+        if requested || shutdown::pending_request().is_some() || left.is_zero() {
+            return;
+        }
+        futex_wait(&SHUTDOWN.wake, seq, left.as_nanos().clamp(1, u64::MAX as u128) as u64);
+    }
 }
 
 /// Wakes the collector after a request was posted (a flush or stop flag set
@@ -91,20 +213,21 @@ pub(crate) fn wake() {
     futex_wake(&SHUTDOWN.wake);
 }
 
-fn run(agent: &'static Agent) {
+fn run(agent: &'static Agent, started: Started, schedule: Schedule, mut own: own::OwnCpu) {
     let Some(reg) = Registry::get() else { return };
     let storage = agent.storage;
     let cfg = &agent.cfg;
     let mut discovery = Discovery::default();
-    discovery.started();
+    discovery.started(started.uncharged_ns);
     let timeline = cfg.upload.as_ref().is_some_and(|u| u.timeline);
-    let mut aggregator = Aggregator::new(Kinds { wall: cfg.wall, alloc: cfg.alloc, timeline });
+    let mut aggregator = Aggregator::new(Kinds { wall: cfg.wall, alloc: cfg.alloc, timeline })
+        .since(started.realtime_ns, started.mono_ns);
     // In a forked child there is no tracker: the parent's published tables
     // stay valid here (same mappings), and a new tracker is built only once
     // the child has lived a while, so short-lived children (a shell's
     // subshells) do not pay for compiling every module's tables again.
     let mut tables = agent.tracker.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let born = Instant::now();
+    let Schedule { born, mut next_scan, mut next_drain, mut next_flush, mut next_takeover_check } = schedule;
     let mut publish_context_after = crate::context::process_ctx::take_later();
     // Uploads (if configured) run on threads of their own; see osprey_upload.
     let mut delivery = cfg.upload.clone().map(|up| {
@@ -117,21 +240,10 @@ fn run(agent: &'static Agent) {
     });
     let mut report = osprey_upload::RunReport::default();
     let (lock, cv) = &*agent.control;
-    let now = Instant::now();
     let drain_interval = drain_interval(cfg);
-    // The first scan after one interval: a process that ends sooner is
-    // checked once, by the final flush, rather than listed at start too. A
-    // process the command started (`--children`) has it when its unwind
-    // tables come: most end before, and threads created without
-    // `pthread_create` are few there (their CPU is still counted at exit).
-    let first_scan = cfg.scan_interval.max(unwind_tables::deferred());
-    let (mut next_scan, mut next_drain, mut next_flush) =
-        (now + first_scan, now + drain_interval, next_period_end(cfg));
-    let mut next_takeover_check = now + TAKEOVER_CHECK;
     // Wall time: blocked threads sampled here, running ones through their CPU clocks.
     let mut wall = cfg.wall.then(|| crate::wall::sampler::Sampler::new(cfg.wall_hz, cfg.wall_threads));
-    let mut next_wall = now;
-    let mut own = own::OwnCpu::default();
+    let mut next_wall = born;
     loop {
         // Read before looking for work: a request posted after this bumps it,
         // and the wait below returns at once.

@@ -32,12 +32,27 @@ pub(crate) fn forget_inherited() {
 #[derive(Default)]
 pub(crate) struct OwnCpu {
     last: HashMap<i32, u64>,
+    /// A program thread doing the collector's work (a stop's last
+    /// profile), and its CPU when it began or was last taken.
+    here: Option<(i32, u64)>,
 }
 
 impl OwnCpu {
+    /// Also counts the calling thread's CPU from now on: it runs the
+    /// collector's work.
+    pub fn with_current() -> OwnCpu {
+        let me = crate::signal::sys::gettid();
+        OwnCpu { last: HashMap::new(), here: thread_cpu_ns(me).map(|cpu| (me, cpu)) }
+    }
+
     /// osprey's CPU since the last call (a thread first seen: all of it).
     pub fn take(&mut self) -> u64 {
         let mut total = SETUP_NS.swap(0, Relaxed);
+        if let Some((tid, at)) = &mut self.here {
+            let now = thread_cpu_ns(*tid).unwrap_or(*at);
+            total += now.saturating_sub(*at);
+            *at = now;
+        }
         let mut now = HashMap::new();
         for tid in internal_tids() {
             let Some(cpu) = thread_cpu_ns(tid) else { continue };
