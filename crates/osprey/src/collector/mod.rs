@@ -5,6 +5,7 @@
 //! writes the profile a termination signal asks for (`crate::shutdown`). It
 //! never runs on the signal path and is never sampled itself. It sleeps on
 //! the futex word `SHUTDOWN.wake`, which every request bumps ([`wake`]).
+//! A stop that comes before its first deadline does its work instead ([`Claim`]).
 
 mod aggregate;
 mod heap;
