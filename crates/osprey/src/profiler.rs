@@ -322,7 +322,7 @@ fn start(cfg: Config) -> Result<Profiler, Error> {
         tracker: Mutex::new(tracker),
         tables_after,
         claim: Default::default(),
-        started: Mutex::new(None),
+        started: collector::Started::now(),
     }));
     AGENT.store(agent as *const _ as *mut _, Release);
     ownership::claim();
@@ -434,15 +434,11 @@ fn stop(ending: Ending) -> Vec<PathBuf> {
     // 3. Final flush: here if the collector has not begun its work (it is
     // asleep: at `exit` it ends with the process), else on the collector.
     agent.control.0.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
-    let here = collector::stop_here(agent);
-    if !here || ending == Ending::Stop {
+    let left_asleep = collector::stop_here(agent) && ending == Ending::Exit;
+    if !left_asleep {
         collector::wake();
     }
-    let joined = if here && ending == Ending::Exit {
-        None
-    } else {
-        agent.thread.lock().unwrap_or_else(|e| e.into_inner()).take()
-    };
+    let joined = if left_asleep { None } else { agent.thread.lock().unwrap_or_else(|e| e.into_inner()).take() };
     if let Some(h) = joined {
         let limit = COLLECTOR_END + agent.cfg.upload.as_ref().map_or(Duration::ZERO, |u| u.exit_wait);
         if collector_ended_within(agent, limit) {
@@ -556,7 +552,7 @@ fn continue_in_child() {
         tracker: Mutex::new(None),
         tables_after: collector::FORKED_TABLES_AFTER,
         claim: Default::default(),
-        started: Mutex::new(None),
+        started: collector::Started::now(),
     }));
     AGENT.store(child as *const _ as *mut _, Release);
     ownership::claim();

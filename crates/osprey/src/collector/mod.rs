@@ -65,8 +65,8 @@ pub(crate) struct Agent {
     pub tables_after: std::time::Duration,
     /// Who does the collector's work: see [`Claim`].
     pub claim: Claim,
-    /// Taken when the collector thread is created; read by whoever claims.
-    pub started: Mutex<Option<Started>>,
+    /// When the agent started; the collector's work counts from it.
+    pub started: Started,
 }
 
 /// Who runs the collector's work ([`run`]) for an agent. Invariant: it
@@ -101,7 +101,7 @@ pub(crate) struct Started {
 }
 
 impl Started {
-    fn now() -> Started {
+    pub(crate) fn now() -> Started {
         Started {
             at: Instant::now(),
             realtime_ns: sys::realtime_ns(),
@@ -124,14 +124,12 @@ pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
             cv.notify_all();
         }
     }
-    let started = Started::now();
-    *agent.started.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
     let h = threads::spawn_collector("osprey-collect", move || {
         let _ended = Ended(agent);
-        let schedule = Schedule::from(&agent.cfg, started);
+        let schedule = Schedule::from(&agent.cfg, agent.started);
         first_wait(agent, &schedule);
         if agent.claim.take(Claim::COLLECTOR) {
-            run(agent, started, schedule, own::OwnCpu::default());
+            run(agent, schedule, own::OwnCpu::default());
         }
     })?;
     *agent.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
@@ -145,8 +143,7 @@ pub(crate) fn stop_here(agent: &'static Agent) -> bool {
     if !agent.claim.take(Claim::STOPPER) {
         return false;
     }
-    let Some(started) = *agent.started.lock().unwrap_or_else(|e| e.into_inner()) else { return false };
-    run(agent, started, Schedule::from(&agent.cfg, started), own::OwnCpu::with_current());
+    run(agent, Schedule::from(&agent.cfg, agent.started), own::OwnCpu::with_current());
     let (lock, cv) = &*agent.control;
     lock.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
     cv.notify_all();
@@ -199,12 +196,19 @@ fn first_wait(agent: &Agent, schedule: &Schedule) {
             let g = agent.control.0.lock().unwrap_or_else(|e| e.into_inner());
             g.stop || g.flush_requested
         };
-        let left = schedule.first().saturating_duration_since(Instant::now());
-        if requested || shutdown::pending_request().is_some() || left.is_zero() {
+        if requested || shutdown::pending_request().is_some() || Instant::now() >= schedule.first() {
             return;
         }
-        futex_wait(&SHUTDOWN.wake, seq, left.as_nanos().clamp(1, u64::MAX as u128) as u64);
+        sleep_until(seq, schedule.first());
     }
+}
+
+/// Sleeps on `SHUTDOWN.wake` until `deadline`, or at once if the word
+/// moved past `seq` (a request posted since it was read).
+fn sleep_until(seq: u32, deadline: Instant) {
+    // At least 1 ns: a zero timeout would mean no limit.
+    let ns = deadline.saturating_duration_since(Instant::now()).as_nanos().clamp(1, u64::MAX as u128) as u64;
+    futex_wait(&SHUTDOWN.wake, seq, ns);
 }
 
 /// Wakes the collector after a request was posted (a flush or stop flag set
@@ -214,7 +218,8 @@ pub(crate) fn wake() {
     futex_wake(&SHUTDOWN.wake);
 }
 
-fn run(agent: &'static Agent, started: Started, schedule: Schedule, mut own: own::OwnCpu) {
+fn run(agent: &'static Agent, schedule: Schedule, mut own: own::OwnCpu) {
+    let started = agent.started;
     let Some(reg) = Registry::get() else { return };
     let storage = agent.storage;
     let cfg = &agent.cfg;
@@ -327,9 +332,7 @@ fn run(agent: &'static Agent, started: Started, schedule: Schedule, mut own: own
         if wall.is_some() {
             wake = wake.min(next_wall);
         }
-        // At least 1 ns: a zero timeout would mean no limit.
-        let ns = wake.saturating_duration_since(Instant::now()).as_nanos().clamp(1, u64::MAX as u128) as u64;
-        futex_wait(&SHUTDOWN.wake, seq, ns);
+        sleep_until(seq, wake);
     }
     // Final flush: sampling is already off and no handler is in flight (see `profiler::stop`).
     discovery.check_now(reg);
