@@ -126,3 +126,69 @@ fn sigterm_profile_is_written_by_the_collector() {
     assert_eq!(st.signal(), Some(libc::SIGTERM), "{st:?}");
     assert_eq!(profile_files(&out_dir).len(), 1, "no profile after SIGTERM");
 }
+
+/// Prints `arenas N ms T`: how many malloc arenas other than the main one
+/// the process has (anonymous 64 MiB reservations at a 64 MiB boundary,
+/// glibc's per-thread heaps) T ms after `main` began, 10 ms in.
+const ARENAS: &str = r#"
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+static double ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+int main(void) {
+    double t0 = ms();
+    usleep(10000);
+    const unsigned long heap = 64UL << 20;
+    unsigned long lo, hi, start = 0, end = 0, offset, inode;
+    char perms[8], dev[16], line[512];
+    int arenas = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    while (fgets(line, sizeof line, f)) {
+        int named = sscanf(line, "%lx-%lx %7s %lx %15s %lu %*s", &lo, &hi, perms, &offset, dev, &inode) == 6 && inode != 0;
+        char *path = line; while (*path && *path != '/' && *path != '[') path++;
+        if (named || *path) { start = end = 0; continue; }
+        if (lo == end && start) end = hi; else { start = lo; end = hi; }
+        if (start % heap == 0 && end - start == heap) { arenas++; start = end = 0; }
+    }
+    fclose(f);
+    printf("arenas %d ms %.0f\n", arenas, ms() - t0);
+    return 0;
+}
+"#;
+
+/// In a process the command starts (`--children`: most are short), the
+/// collector's start allocates nothing: glibc makes a thread its own malloc
+/// arena at its first `malloc` or `free`, and a process shorter than the
+/// collector's first deadline would pay for one it never uses. (The
+/// command's own collector compiles unwind tables at once, in an arena.)
+#[test]
+fn the_collector_makes_no_malloc_arena_at_start() {
+    let dir = tempdir("agent-start-arena");
+    let probe = compile_source(&dir, "arenas", ARENAS);
+    let alone = Command::new(&probe).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&alone.stdout).split_whitespace().nth(1), Some("0"), "alone: {alone:?}");
+    // A machine so loaded that the check comes after the collector's
+    // first deadline (100 ms) would see the collector's own work: retried.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let out_dir = dir.join("out");
+        // `; true`: the shell forks the probe rather than exec it in its own pid.
+        let script = format!("{}; true", probe.display());
+        let o = Command::new(osprey())
+            .args(["exec", "--children", "--out"])
+            .arg(&out_dir)
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+        let words: Vec<&str> = stdout.split_whitespace().collect();
+        let (arenas, ms) = (words[1].parse::<u32>().unwrap(), words[3].parse::<f64>().unwrap());
+        if ms < 50.0 {
+            assert_eq!(arenas, 0, "the agent made {arenas} malloc arena(s) in a process of one thread: {stdout}");
+            return;
+        }
+        seen.push(stdout);
+    }
+    panic!("the probe never checked within 50 ms: {seen:?}");
+}

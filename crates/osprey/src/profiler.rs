@@ -442,7 +442,7 @@ fn stop(ending: Ending) -> Vec<PathBuf> {
     if let Some(h) = joined {
         let limit = COLLECTOR_END + agent.cfg.upload.as_ref().map_or(Duration::ZERO, |u| u.exit_wait);
         if collector_ended_within(agent, limit) {
-            let _ = h.join();
+            h.join();
         } else {
             crate::say!(
                 "osprey: the collector did not finish within {} s; stopping without this process's last profile",

@@ -13,7 +13,7 @@
 //! The collector serves the request itself (no thread of its own: a
 //! process of a profiled tree pays for each thread it starts). It blocks
 //! these signals (like every asynchronous signal, see
-//! `crate::threads::spawn_collector`), so the handler never runs on the
+//! `crate::threads::spawn_bare`), so the handler never runs on the
 //! thread it waits for.
 
 use crate::fork_lock::ForkLock;

@@ -215,16 +215,66 @@ pub(crate) fn spawn_internal<T: Send + 'static>(
     Ok(h)
 }
 
-/// Starts the collector without waiting for it to make itself internal.
-/// Every scan for the program's threads (discovery, the wall sampler, the
-/// final check of a stop, which waits for the collector's end) runs on the
-/// collector, after it did: a wait here would only hold the program's thread
-/// up for a thread switch.
-pub(crate) fn spawn_collector<T: Send + 'static>(
-    name: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::io::Result<std::thread::JoinHandle<T>> {
-    spawn_own(name, f)
+/// One of osprey's own threads started by `pthread_create` itself rather
+/// than `std::thread`: its start neither allocates nor frees. glibc gives a
+/// thread its own malloc arena (a 64 MiB reservation, its first pages
+/// touched) at its first `malloc` or `free`, and `std::thread` frees its
+/// start data on the new thread; a collector that sleeps through a short
+/// process would pay for an arena it never uses.
+pub(crate) trait Bare: Sync + 'static {
+    /// The thread's name (at most 15 bytes).
+    const NAME: &'static core::ffi::CStr;
+    /// The thread's work. A panic ends the thread, not the process.
+    fn run(&'static self);
+}
+
+/// A thread started by [`spawn_bare`].
+pub(crate) struct BareThread(libc::pthread_t);
+
+impl BareThread {
+    /// Waits for the thread to end.
+    pub(crate) fn join(self) {
+        // SAFETY: a thread this handle created, joined once (self is consumed).
+        unsafe { libc::pthread_join(self.0, core::ptr::null_mut()) };
+    }
+}
+
+/// Starts `body.run()` on one of osprey's own threads (see [`spawn_own`] for
+/// its signal mask and registry invariant), without waiting for it to make
+/// itself internal. Every scan for the program's threads (discovery, the
+/// wall sampler, the final check of a stop, which waits for the
+/// collector's end) runs on that thread, after it did: a wait here would
+/// only hold the program's thread up for a thread switch.
+pub(crate) fn spawn_bare<B: Bare>(body: &'static B) -> std::io::Result<BareThread> {
+    extern "C" fn start<B: Bare>(p: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: `p` is the `&'static B` given to `pthread_create` below.
+        let body: &'static B = unsafe { &*(p as *const B) };
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string.
+        unsafe { libc::prctl(libc::PR_SET_NAME, B::NAME.as_ptr()) };
+        forget_current();
+        // An unwinding panic must not leave an `extern "C"` function.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body.run()));
+        core::ptr::null_mut()
+    }
+    own_mask(|| {
+        // SAFETY: attributes on a stack value, destroyed after use; `start`
+        // takes a `&'static B`, which outlives the thread.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+            libc::pthread_attr_init(&mut attr);
+            // As `std::thread`'s default: the collector's deepest work (CFI
+            // compilation, encoding) is sized for it.
+            libc::pthread_attr_setstacksize(&mut attr, 2 << 20);
+            let mut t: libc::pthread_t = 0;
+            let rc = libc::pthread_create(&mut t, &attr, start::<B>, body as *const B as *mut libc::c_void);
+            libc::pthread_attr_destroy(&mut attr);
+            if rc == 0 {
+                Ok(BareThread(t))
+            } else {
+                Err(std::io::Error::from_raw_os_error(rc))
+            }
+        }
+    })
 }
 
 /// Starts one of osprey's own threads. Invariant: it runs
@@ -241,6 +291,17 @@ fn spawn_own<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<T>> {
+    own_mask(|| {
+        std::thread::Builder::new().name(name.into()).spawn(move || {
+            forget_current();
+            f()
+        })
+    })
+}
+
+/// Runs `create` (which starts a thread) with the signal mask of
+/// [`spawn_own`], the calling thread marked as the [`SPAWNER`].
+fn own_mask<R>(create: impl FnOnce() -> R) -> R {
     let blocked = SignalBlock::all();
     // SAFETY: sigset manipulation on stack values; unblocks faults only.
     unsafe {
@@ -252,13 +313,10 @@ fn spawn_own<T: Send + 'static>(
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &faults, core::ptr::null_mut());
     }
     SPAWNER.store(sys::gettid(), SeqCst);
-    let h = std::thread::Builder::new().name(name.into()).spawn(move || {
-        forget_current();
-        f()
-    });
+    let r = create();
     SPAWNER.store(0, SeqCst);
     drop(blocked);
-    h
+    r
 }
 
 /// The thread inside [`spawn_own`] (0: none).

@@ -56,7 +56,7 @@ pub(crate) struct Agent {
     pub runtime_id: String,
     pub storage: &'static CallTraceStorage,
     pub control: Arc<(Mutex<Control>, Condvar)>,
-    pub thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    pub thread: Mutex<Option<threads::BareThread>>,
     pub dispositions: Vec<Installed>,
     /// The unwind-table tracker, taken by the collector thread when it starts
     /// (`None` after fork, or when deferred: the collector builds one).
@@ -115,25 +115,31 @@ impl Started {
 /// marks itself internal (never primed, never sampled) before it runs, and
 /// allocates nothing before its first deadline (see [`Claim`]).
 pub(crate) fn spawn(agent: &'static Agent) -> std::io::Result<()> {
-    /// Marks the collector ended when dropped: also if `run` panics.
-    struct Ended(&'static Agent);
-    impl Drop for Ended {
-        fn drop(&mut self) {
-            let (lock, cv) = &*self.0.control;
-            lock.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
-            cv.notify_all();
-        }
-    }
-    let h = threads::spawn_collector("osprey-collect", move || {
-        let _ended = Ended(agent);
-        let schedule = Schedule::from(&agent.cfg, agent.started);
-        first_wait(agent, &schedule);
-        if agent.claim.take(Claim::COLLECTOR) {
-            run(agent, schedule, own::OwnCpu::default());
-        }
-    })?;
+    let h = threads::spawn_bare(agent)?;
     *agent.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
     Ok(())
+}
+
+impl threads::Bare for Agent {
+    const NAME: &'static std::ffi::CStr = c"osprey-collect";
+
+    fn run(&'static self) {
+        /// Marks the collector ended when dropped: also if `run` panics.
+        struct Ended(&'static Agent);
+        impl Drop for Ended {
+            fn drop(&mut self) {
+                let (lock, cv) = &*self.0.control;
+                lock.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
+                cv.notify_all();
+            }
+        }
+        let _ended = Ended(self);
+        let schedule = Schedule::from(&self.cfg, self.started);
+        first_wait(self, &schedule);
+        if self.claim.take(Claim::COLLECTOR) {
+            run(self, schedule, own::OwnCpu::default());
+        }
+    }
 }
 
 /// For a stop: claims the collector's work if its thread has not, and then
