@@ -7,9 +7,10 @@
 //! process samples from outside instead (see [`crate::tree`]). Staying the
 //! parent is what makes the Python sampler possible without knowing in
 //! advance where a chain of execs ends, and keeps it an ancestor, which
-//! `process_vm_readv` and ptrace permissions ask for. With `--children` and
-//! files, the tree's processes write into a spool that this loop merges
-//! into one file per period (see [`crate::spool`]).
+//! `process_vm_readv` and ptrace permissions ask for. With files, the
+//! tree's processes (with `--children` every descendant, else the command
+//! and what it forks) write into a spool that this loop merges into one
+//! file per period (see [`crate::spool`]).
 
 use crate::spool::Spool;
 use crate::status::StatusDir;
@@ -69,9 +70,11 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     // Files and backends for the preloaded agent (OSPREY_OUT only when
     // files are written; see `osprey_upload::UploadConfig::to_env`).
     c.env_remove("OSPREY_OUT");
-    // With --children the tree's profiles go through a spool: one file a period.
-    let recovered = if children && up.out.is_some() { crate::spool::recover(&cfg.out_dir) } else { Vec::new() };
-    let spool = (children && up.out.is_some()).then(|| Spool::create(&absolute(&cfg.out_dir)).ok()).flatten();
+    // The tree's profiles go through a spool: one file a period, also for
+    // the processes the command forks without `--children` (a shim's
+    // subshells, a server's workers).
+    let recovered = if up.out.is_some() { crate::spool::recover(&cfg.out_dir) } else { Vec::new() };
+    let spool = up.out.is_some().then(|| Spool::create(&absolute(&cfg.out_dir)).ok()).flatten();
     for (k, v) in up.to_env() {
         match (k.as_str(), &spool) {
             ("OSPREY_OUT", Some(s)) => c.env(k, s.path()),

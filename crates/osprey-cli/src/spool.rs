@@ -1,5 +1,5 @@
-//! The spool of an `osprey exec --children` tree: one profile file per
-//! period for the whole tree instead of one per process.
+//! The spool of an `osprey exec` tree: one profile file per period for the
+//! whole tree instead of one per process.
 //!
 //! Every agent of the tree (and every Python sampler of `osprey exec`)
 //! writes its profiles into `OUT/.osprey-spool-<pid>-<start>/`
@@ -22,7 +22,7 @@
 //!   link, so a crash between the link and the deletions is finished by the
 //!   next merge of that spool rather than merging the parts twice;
 //! - a spool whose owner is gone (osprey killed) is merged by the next
-//!   `osprey exec --children` with the same output directory;
+//!   `osprey exec` with the same output directory;
 //! - a part that cannot be read is moved to `OUT` as it is, never dropped;
 //! - the temporary files of writers killed mid-write (osprey's merge, an
 //!   agent's part) stay inside the spool and go when it is closed.
@@ -142,7 +142,7 @@ impl Spool {
     }
 
     /// Merges what is left and removes the spool (unless a process still
-    /// writes to it: the next `osprey exec --children` merges that).
+    /// writes to it: the next `osprey exec` merges that).
     pub fn close(&self, pid: i32) -> io::Result<Option<PathBuf>> {
         let file = self.merge(pid)?;
         self.sweep();

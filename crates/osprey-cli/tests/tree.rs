@@ -88,6 +88,29 @@ fn shell_loop_is_one_file_with_every_process() {
     assert!(!ok, "no samples of pid 1: {text}");
 }
 
+/// Without `--children`, the processes bash forks without exec (a
+/// subshell per `$(...)`, as a pyenv shim runs) keep bash's agent: they go
+/// into the command's one file, labelled by pid, not a file each.
+#[test]
+fn forks_without_children_are_in_the_one_file() {
+    let dir = tempdir("tree-forks");
+    let out = dir.join("out");
+    let script = "for i in 1 2 3 4 5 6 7 8; do x=$(echo $BASHPID); echo $x; done; echo $$";
+    let o = Command::new(osprey())
+        .current_dir(&dir)
+        .args(["exec", "--period", "60", "--out", out.to_str().unwrap(), "--", "bash", "-c", script])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    let pids: Vec<i64> = String::from_utf8_lossy(&o.stdout).lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(only_profiles(&out), 1, "one file for bash and its subshells: {err}");
+    let (cpu, names) = cpu_by_pid(&read_profiles(&out));
+    let missing: Vec<&i64> = pids.iter().filter(|p| !cpu.contains_key(p)).collect();
+    assert!(missing.is_empty(), "processes without samples: {missing:?} of {pids:?}");
+    assert!(names.values().all(|n| n == "bash"), "only bash is profiled: {names:?}");
+}
+
 /// bash as the root: its agent reads the tree's settings although bash
 /// defines its own `setenv` and `getenv`, so bash and the children it forks
 /// write into the tree's one file and nowhere else (not into a `profiles`
