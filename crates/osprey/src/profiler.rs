@@ -511,6 +511,7 @@ fn continue_in_child() {
     let Some(agent) = current_agent() else { return };
     let Some(reg) = Registry::get() else { return };
     let me = sys::gettid();
+    threads::forget_internal_after_fork();
     // The stack the forking thread was last sampled in, for CPU this
     // thread uses before its own first sample (a child shorter than that).
     let forked_from = reg.lookup(FORKING_TID.load(Relaxed)).map(|(_, rec)| {

@@ -119,6 +119,16 @@ pub fn is_internal(tid: i32) -> bool {
     tid > 0 && INTERNAL.iter().any(|t| t.load(Relaxed) == tid)
 }
 
+/// In a forked child: only the forking thread exists, so none of the
+/// parent's internal threads does. Clearing their slots here keeps
+/// [`forget_current`] from looking them up in `/proc` (and allocating) when
+/// the child's collector starts.
+pub(crate) fn forget_internal_after_fork() {
+    for slot in &INTERNAL {
+        slot.store(0, Relaxed);
+    }
+}
+
 /// Takes the calling thread out of profiling for good, without charging
 /// anything: for osprey's own threads (the collector, upload threads),
 /// which an interposed `pthread_create` registered like any other.
