@@ -212,7 +212,7 @@ fn default_mode_within_two_points_of_py_spy() {
     const FUNCS: [(&str, &[&str]); 2] =
         [("short", &["__init__", "__hash__", "produce", "direct", "short_loop"]), ("gen", &["produce", "consume"])];
     // Per interpreter and workload, every attempt's samples: a miss is
-    // judged again on both attempts' samples together.
+    // judged again on every attempt's samples together.
     type Pool = (Vec<ProfileData>, std::collections::HashMap<String, f64>, u64, u64, u64);
     let mut pools = std::collections::HashMap::<(String, &str), Pool>::new();
     on_each(&INTERPRETERS, |v, py| {
