@@ -8,8 +8,8 @@
 //! parent is what makes the Python sampler possible without knowing in
 //! advance where a chain of execs ends, and keeps it an ancestor, which
 //! `process_vm_readv` and ptrace permissions ask for. With files, the
-//! tree's processes (with `--children` every descendant, else the command
-//! and what it forks) write into a spool that this loop merges into one
+//! tree's processes (with `--children` every descendant, else, when files
+//! are the only destination, the command and what it forks) write into a spool that this loop merges into one
 //! file per period (see [`crate::spool`]).
 
 use crate::spool::Spool;
@@ -72,9 +72,13 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     c.env_remove("OSPREY_OUT");
     // The tree's profiles go through a spool: one file a period, also for
     // the processes the command forks without `--children` (a shim's
-    // subshells, a server's workers).
-    let recovered = if up.out.is_some() { crate::spool::recover(&cfg.out_dir) } else { Vec::new() };
-    let spool = up.out.is_some().then(|| Spool::create(&absolute(&cfg.out_dir)).ok()).flatten();
+    // subshells, a server's workers) when files are the only destination.
+    // With a backend and no `--children`, each file stays the period the
+    // backend received.
+    let backend = up.datadog.is_some() || up.pyroscope.is_some() || up.otlp.is_some();
+    let spooled = up.out.is_some() && (children || !backend);
+    let recovered = if spooled { crate::spool::recover(&cfg.out_dir) } else { Vec::new() };
+    let spool = spooled.then(|| Spool::create(&absolute(&cfg.out_dir)).ok()).flatten();
     for (k, v) in up.to_env() {
         match (k.as_str(), &spool) {
             ("OSPREY_OUT", Some(s)) => c.env(k, s.path()),
