@@ -9,8 +9,9 @@
 //! advance where a chain of execs ends, and keeps it an ancestor, which
 //! `process_vm_readv` and ptrace permissions ask for. With files, the
 //! tree's processes (with `--children` every descendant, else, when files
-//! are the only destination, the command and what it forks) write into a spool that this loop merges into one
-//! file per period (see [`crate::spool`]).
+//! are the only destination, the command and what it forks) write into a
+//! spool that this loop merges into one file per period (see
+//! [`crate::spool`]).
 
 use crate::spool::Spool;
 use crate::status::StatusDir;
@@ -75,8 +76,7 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     // subshells, a server's workers) when files are the only destination.
     // With a backend and no `--children`, each file stays the period the
     // backend received.
-    let backend = up.datadog.is_some() || up.pyroscope.is_some() || up.otlp.is_some();
-    let spooled = up.out.is_some() && (children || !backend);
+    let spooled = up.out.is_some() && (children || !up.uploads());
     let recovered = if spooled { crate::spool::recover(&cfg.out_dir) } else { Vec::new() };
     let spool = spooled.then(|| Spool::create(&absolute(&cfg.out_dir)).ok()).flatten();
     for (k, v) in up.to_env() {

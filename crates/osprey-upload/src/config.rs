@@ -432,7 +432,7 @@ impl UploadConfig {
             c.otlp = Some(Endpoint { url, headers });
         }
 
-        let any_backend = c.datadog.is_some() || c.pyroscope.is_some() || c.otlp.is_some();
+        let any_backend = c.uploads();
         // Checked only when something will be sent: the variable is often set
         // machine-wide, and every profiled process would read the bundle.
         if let Some(f) = get("SSL_CERT_FILE").filter(|_| any_backend) {
