@@ -5,7 +5,8 @@ interpreter and workload.
 Each workload of tests/py/calls.py runs in one process, sampled by one
 profiler at a time, in turns of `--chunk` seconds: osprey's default mode,
 `osprey attach --blocking` (the thread stopped for its read) and `py-spy
-record` in its default mode (the process stopped for each read). Flat shares (osprey by
+record` in its default mode (the process stopped for each read), run on
+the CPU the process is on. Flat shares (osprey by
 cpu, py-spy by its non-idle samples) are printed with the largest
 difference of the default mode from each stopping reader.
 
@@ -18,6 +19,7 @@ path. Workloads: `short` (calls of a microsecond or so, most entered from
 C), `recurse` (a loop calling a 20-deep recursion), `gen` (a loop over a
 generator)."""
 import argparse
+import contextlib
 import glob
 import os
 import shutil
@@ -69,15 +71,36 @@ def osprey_samples(out):
 PYSPY = shutil.which("py-spy") or os.path.expanduser("~/.local/bin/py-spy")
 
 
+@contextlib.contextmanager
+def pinned(pid):
+    """`pid`'s threads held on the CPU it is on, for py-spy to run there too
+    (the set yielded): stopped from another CPU, its stops were not spread
+    as the thread's CPU time is (docs/benchmarks/2026-12-03-python-stop-placement.md)."""
+    cpu = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[36])
+    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    old = {t: os.sched_getaffinity(t) for t in tids}
+    for t in tids:
+        os.sched_setaffinity(t, {cpu})
+    try:
+        yield {cpu}
+    finally:
+        for t, m in old.items():
+            try:
+                os.sched_setaffinity(t, m)
+            except OSError:
+                pass
+
+
 def sample(osprey, pid, mode, secs, hz):
     """`mode` attached to `pid` for `secs`: (flat shares, samples)."""
     tmp = tempfile.mkdtemp()
     try:
         if mode == "py-spy":
             raw = os.path.join(tmp, "raw.txt")
-            subprocess.run([PYSPY, "record", "--pid", str(pid), "--duration", str(secs), "--rate", str(hz),
-                            "--format", "raw", "-o", raw], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           check=True)
+            with pinned(pid) as cpus:
+                subprocess.run([PYSPY, "record", "--pid", str(pid), "--duration", str(secs), "--rate", str(hz),
+                                "--format", "raw", "-o", raw], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               check=True, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
             n = sum(int(line.rsplit(" ", 1)[1]) for line in open(raw) if line.strip())
             return pyspy_flat(raw), n
         out = os.path.join(tmp, "osprey")

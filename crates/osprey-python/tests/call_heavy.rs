@@ -203,9 +203,11 @@ fn generators_keep_their_share_and_callers() {
 /// microsecond or so (most entered from C) and on a loop over a generator:
 /// each function's flat share, at about 8,000 samples a reader (about 0.6
 /// points of noise on each), the two readers alternating every 2 s on the
-/// same process so that both see the same load. A process's shares drift
-/// by 1-2 points from one run to the next: a miss is judged again on the
-/// samples of every run so far together. Read from outside without
+/// same process so that both see the same load, py-spy on the process's
+/// CPU (`py_spy_flat`: from another CPU its stops favoured the loop by 2-3
+/// points over the process's own CPU-time samples). A process's shares
+/// drift by 1-2 points from one run to the next: a miss is judged again on
+/// the samples of every run so far together. Read from outside without
 /// the copies at the interrupt, the short calls were 4-6 points off.
 #[test]
 fn default_mode_within_two_points_of_py_spy() {
