@@ -350,6 +350,9 @@ fn run(s: &Shared, i: usize) {
             Some(d) => s.cfg.timeout.min(d.saturating_duration_since(Instant::now())).max(Duration::from_millis(1)),
             None => s.cfg.timeout,
         };
+        // An attempt cut short by the shutdown's deadline says less than an
+        // earlier failure's reason: that one stays the lane's last error.
+        let cut = timeout < s.cfg.timeout;
         let outcome = http::post(&agent, req, timeout);
         let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
         let queued = st.lanes[i].queue.len();
@@ -399,7 +402,9 @@ fn run(s: &Shared, i: usize) {
                     );
                     log.next = now + s.log_interval;
                 }
-                l.stats.last_error = Some(why);
+                if !(cut && l.stats.last_error.is_some()) {
+                    l.stats.last_error = Some(why);
+                }
                 Some(after.map_or_else(
                     || backoff(s.cfg.retry_base, s.cfg.retry_max, attempt),
                     |a| a.min(s.cfg.retry_max.max(a)),
