@@ -139,9 +139,8 @@ impl Pinned {
         if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
             return None;
         }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // Field 39 (processor), counted after the command's closing parenthesis.
-        let cpu: usize = stat.rsplit_once(')')?.1.split_whitespace().nth(36)?.parse().ok()?;
+        let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+        let cpu = osprey_procfs::stat::Stat::parse(&stat)?.processor()? as usize;
         let mut masks = Vec::new();
         for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
             let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
