@@ -29,13 +29,27 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let up = delivery(s, &name)?;
     let out_existed = up.out.as_ref().is_some_and(|o| o.exists());
     let cfg = check_sampling(s, &up)?;
+    // With `--children` and files only, the tree's native processes are
+    // sampled by the kernel rather than by an agent preloaded in each (see
+    // `native_tree`); opened here, on the thread that spawns the command.
+    // Wall time, allocations and DWARF lines need the agent; so does a
+    // kernel that refuses the events.
+    let native = (children
+        && up.out.is_some()
+        && !up.uploads()
+        && !cfg.wall
+        && !cfg.alloc
+        && !s.lines
+        && std::env::var("OSPREY_TREE_SAMPLER").map_or(true, |v| v != "agent"))
+    .then(|| crate::native_tree::open(cfg.hz).ok())
+    .flatten();
     if let Some(why) = secure_exec(&program) {
         return Err(Failure::usage(format!(
             "{} is {why}: the loader ignores LD_PRELOAD for it, so it cannot be profiled",
             cmd[0]
         )));
     }
-    if !osprey_python::is_cpython_executable(&program) && is_static_elf(&program) {
+    if native.is_none() && !osprey_python::is_cpython_executable(&program) && is_static_elf(&program) {
         return Err(Failure::usage(format!(
             "{} is statically linked: the agent cannot be preloaded into it (link osprey as a library instead)",
             cmd[0]
@@ -61,9 +75,16 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         preload = format!("{preload}:{}", existing.to_string_lossy());
     }
     let mut c = std::process::Command::new(&program);
+    match native {
+        // The user's own preloads only.
+        Some(_) => match std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            Some(existing) => c.env("LD_PRELOAD", existing),
+            None => c.env_remove("LD_PRELOAD"),
+        },
+        None => c.env("LD_PRELOAD", preload),
+    };
     c.arg0(&cmd[0])
         .args(&cmd[1..])
-        .env("LD_PRELOAD", preload)
         .env("OSPREY_HZ", cfg.hz.to_string())
         .env("OSPREY_PERIOD", cfg.period.as_secs_f64().to_string())
         .env("OSPREY_PYTHON_SAMPLER", watcher_id())
@@ -122,6 +143,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let started = Instant::now();
     let child = c.spawn().map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
     let pid = child.id() as i32;
+    let native = match (native, &spool, grid) {
+        (Some(t), Some(sp), Some(g)) => {
+            Some(crate::native_tree::NativeTree::start(t, pid as u32, sp.path().to_path_buf(), g, cfg.hz))
+        }
+        _ => None,
+    };
     let mut opts = osprey_python::Options { from_start: true, ..python_options(&cfg, &up, None, s) };
     let mut tree_up = up.clone();
     opts.grid = grid;
@@ -152,6 +179,7 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let wall = started.elapsed();
     let cpu = supervise::tree_cpu(pid);
     let ended = supervise::reap(pid);
+    let natives = native.map(crate::native_tree::NativeTree::finish).unwrap_or_default();
     let finished = tree.finish();
     spool_errors.extend(spool.as_ref().and_then(|sp| sp.close(pid).err()));
     // The tree's agents report through the spool's journal, others in `status`.
@@ -161,8 +189,15 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
         reports.iter().flat_map(|r| r.uploads.iter()).chain(finished.iter().flat_map(|f| f.uploads.iter())),
     );
     let samples = reports.iter().map(|r| r.samples).sum::<u64>()
-        + finished.iter().filter_map(|f| f.result.as_ref().ok()).map(|s| s.samples).sum::<u64>();
+        + finished.iter().filter_map(|f| f.result.as_ref().ok()).map(|s| s.samples).sum::<u64>()
+        + natives.samples;
     if !s.quiet {
+        if natives.lost > 0 {
+            eprintln!("osprey: {} samples of the tree lost (the kernel's sample buffer was full)", natives.lost);
+        }
+        for e in &natives.errors {
+            eprintln!("osprey: a profile of the tree not written: {e}");
+        }
         // Each distinct warning once, with the processes it concerns.
         let mut warnings: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
         for f in &finished {

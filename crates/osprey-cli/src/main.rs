@@ -8,6 +8,7 @@ mod dump;
 mod dump_python;
 mod exec;
 mod hints;
+mod native_tree;
 mod report;
 mod spool;
 mod status;

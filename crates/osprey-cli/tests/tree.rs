@@ -239,7 +239,10 @@ fn parts_left_by_a_killed_osprey_are_merged_next_time() {
     let dir = tempdir("tree-crash");
     let out = dir.join("profiles");
     let script = "echo $$; i=0; while [ $i -lt 1500000 ]; do i=$((i+1)); done; echo done";
+    // The agent in each process (not the kernel's events, which end with
+    // `osprey exec`): the command goes on writing parts after the kill.
     let mut child = Command::new(osprey())
+        .env("OSPREY_TREE_SAMPLER", "agent")
         .args(["exec", "--children", "--hz", "200", "--period", "0.3", "--out"])
         .arg(&out)
         .args(["--", "sh", "-c", script])

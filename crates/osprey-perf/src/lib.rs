@@ -8,6 +8,9 @@
 //!   trace, or the caller's own threads, whatever their signal mask).
 //! - [`ProcessSampler`]: one event per thread of a process, following
 //!   threads as they come and go ([`ProcessSampler::refresh_threads`]).
+//! - [`TreeSampler`]: every process and thread a child starts, through one
+//!   inherited event per CPU; [`Images`] follows their images from the
+//!   side-band records and unwinds their samples.
 //! - [`OneShot`]: one sample of a thread when the caller asks for it (its
 //!   stack as it runs now, without a stop).
 //! - [`Unwinder`]: a process's modules and tables; [`Unwinder::unwind`]
@@ -55,6 +58,7 @@ mod bpf;
 pub mod chain;
 mod config;
 mod error;
+mod images;
 mod modules;
 mod oneshot;
 mod process;
@@ -63,12 +67,15 @@ mod ring;
 mod sys;
 mod thread;
 pub mod thread_ctx;
+mod tree;
 mod unwind;
 
 pub use config::{Clock, Config};
 pub use error::{Error, Result};
+pub use images::{Images, Mapping};
 pub use oneshot::OneShot;
 pub use process::{ProcessSampler, Refreshed};
-pub use record::{parse, RawSample, Record, UserRegs};
+pub use record::{parse, Comm, Mmap, RawSample, Read, Record, Task, UserRegs};
 pub use thread::{Counts, Drained, ThreadSampler};
+pub use tree::{TreeCounts, TreeSampler, HOLD as TREE_HOLD};
 pub use unwind::{now_ns, Stack, Unwinder, MAX_FRAMES, RESCAN, UNKNOWN_RESCAN};

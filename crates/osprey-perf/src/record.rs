@@ -1,5 +1,7 @@
 //! Decoding the ring's records for the one `sample_type` this crate asks
-//! for ([`SAMPLE_TYPE`], registers [`REGS_MASK`]).
+//! for ([`SAMPLE_TYPE`], registers [`REGS_MASK`]), and the side-band
+//! records of a tree's events (`crate::tree`): mappings, names, threads
+//! created and gone, counts at exit.
 //!
 //! `PERF_RECORD_SAMPLE` body, in this order (linux/perf_event.h):
 //! `u64 ip; u32 pid, tid; u64 time; u64 period; u64 abi; u64 regs[3]`
@@ -62,10 +64,82 @@ pub enum Record<'a> {
     Sample(RawSample<'a>),
     /// The kernel dropped this many samples, the ring being full.
     Lost(u64),
+    /// An executable mapping made (`PERF_RECORD_MMAP2`).
+    Mmap(Mmap<'a>),
+    /// A thread's name set, or its process's at an exec (`PERF_RECORD_COMM`).
+    Comm(Comm<'a>),
+    /// A thread or process created or gone (`PERF_RECORD_FORK`/`EXIT`).
+    Task(Task),
+    /// An inherited event's count at its thread's exit (`PERF_RECORD_READ`).
+    Read(Read),
     /// Another record type (not requested; skipped).
     Other(u32),
     /// A sample record too short for its declared fields.
     Malformed,
+}
+
+/// `PERF_RECORD_MMAP2`.
+#[derive(Clone, Copy, Debug)]
+pub struct Mmap<'a> {
+    /// Process and thread that made the mapping.
+    pub pid: u32,
+    /// See `pid`.
+    pub tid: u32,
+    /// First address mapped.
+    pub start: u64,
+    /// Bytes mapped.
+    pub len: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// The file's GNU build id, when the kernel could read it (Linux 5.12,
+    /// the notes in the page cache).
+    pub build_id: Option<&'a [u8]>,
+    /// `PROT_*` of the mapping.
+    pub prot: u32,
+    /// The file's path as the process sees it, or a pseudo name (`[vdso]`).
+    pub path: &'a [u8],
+}
+
+/// `PERF_RECORD_COMM`.
+#[derive(Clone, Copy, Debug)]
+pub struct Comm<'a> {
+    /// Process of the thread.
+    pub pid: u32,
+    /// The thread named.
+    pub tid: u32,
+    /// Its name (at most 15 bytes).
+    pub name: &'a [u8],
+    /// Set by an exec: the process runs a new image from now on.
+    pub exec: bool,
+}
+
+/// `PERF_RECORD_FORK` (`exit` false) or `PERF_RECORD_EXIT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Task {
+    /// The thread exited rather than was created.
+    pub exit: bool,
+    /// Process of the thread.
+    pub pid: u32,
+    /// Process of its creator (of the thread itself for an exit).
+    pub ppid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// Its creator.
+    pub ptid: u32,
+    /// `CLOCK_MONOTONIC` nanoseconds (with `use_clockid`).
+    pub time: u64,
+}
+
+/// `PERF_RECORD_READ` with `read_format` 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Read {
+    /// Process of the thread.
+    pub pid: u32,
+    /// The thread that exited.
+    pub tid: u32,
+    /// The count of its copy of the event (a clock: nanoseconds it ran
+    /// while that copy was scheduled).
+    pub value: u64,
 }
 
 /// Little-endian reads over a record.
@@ -91,22 +165,61 @@ impl<'a> Cursor<'a> {
         self.b = rest;
         Some(v)
     }
+
+    /// A NUL-terminated string padded to 8 bytes (what follows it, a
+    /// `sample_id` trailer, is not read).
+    fn string(&mut self) -> Option<&'a [u8]> {
+        let end = self.b.iter().position(|&b| b == 0)?;
+        let s = &self.b[..end];
+        self.b = &self.b[(end + 8) & !7..];
+        Some(s)
+    }
 }
 
 /// Decodes one record (header included).
 pub fn parse(record: &[u8]) -> Record<'_> {
     let mut c = Cursor { b: record };
     let Some(kind) = c.u32() else { return Record::Malformed };
-    // misc and size: the ring walk already used the size.
-    if c.u32().is_none() {
-        return Record::Malformed;
-    }
-    match kind {
-        sys::RECORD_SAMPLE => sample(&mut c).map_or(Record::Malformed, Record::Sample),
+    // misc, then size: the ring walk already used the size.
+    let Some(misc) = c.u32().map(|v| v as u16) else { return Record::Malformed };
+    let parsed = match kind {
+        sys::RECORD_SAMPLE => sample(&mut c).map(Record::Sample),
         // `u64 id; u64 lost;`
-        sys::RECORD_LOST => c.u64().and_then(|_| c.u64()).map_or(Record::Malformed, Record::Lost),
-        k => Record::Other(k),
-    }
+        sys::RECORD_LOST => c.u64().and_then(|_| c.u64()).map(Record::Lost),
+        sys::RECORD_MMAP2 => mmap2(&mut c, misc).map(Record::Mmap),
+        sys::RECORD_COMM => (|| {
+            let (pid, tid) = (c.u32()?, c.u32()?);
+            Some(Record::Comm(Comm { pid, tid, name: c.string()?, exec: misc & sys::MISC_COMM_EXEC != 0 }))
+        })(),
+        sys::RECORD_FORK | sys::RECORD_EXIT => (|| {
+            let (pid, ppid, tid, ptid, time) = (c.u32()?, c.u32()?, c.u32()?, c.u32()?, c.u64()?);
+            Some(Record::Task(Task { exit: kind == sys::RECORD_EXIT, pid, ppid, tid, ptid, time }))
+        })(),
+        sys::RECORD_READ => (|| Some(Record::Read(Read { pid: c.u32()?, tid: c.u32()?, value: c.u64()? })))(),
+        k => Some(Record::Other(k)),
+    };
+    parsed.unwrap_or(Record::Malformed)
+}
+
+/// `u32 pid, tid; u64 addr, len, pgoff;` then either `u32 maj, min; u64
+/// ino, ino_generation;` or `u8 build_id_size; u8, u16 reserved; u8
+/// build_id[20];`, then `u32 prot, flags; char filename[];`.
+fn mmap2<'a>(c: &mut Cursor<'a>, misc: u16) -> Option<Mmap<'a>> {
+    let (pid, tid) = (c.u32()?, c.u32()?);
+    let (start, len, pgoff) = (c.u64()?, c.u64()?, c.u64()?);
+    let file = c.bytes(24)?;
+    let build_id = (misc & sys::MISC_MMAP_BUILD_ID != 0).then(|| &file[4..4 + usize::from(file[0]).min(20)]);
+    let (prot, _flags) = (c.u32()?, c.u32()?);
+    Some(Mmap { pid, tid, start, len, pgoff, build_id, prot, path: c.string()? })
+}
+
+/// The `CLOCK_MONOTONIC` time of a record of an event opened with
+/// `sample_id_all` and this crate's [`SAMPLE_TYPE`]: a sample's own, else
+/// the `sample_id` trailer's (`u32 pid, tid; u64 time`, last in the record).
+pub fn time_of(record: &[u8]) -> Option<u64> {
+    let kind = u32::from_le_bytes(record.get(..4)?.try_into().ok()?);
+    let at = if kind == sys::RECORD_SAMPLE { 24 } else { record.len().checked_sub(8)? };
+    Some(u64::from_le_bytes(record.get(at..at + 8)?.try_into().ok()?))
 }
 
 fn sample<'a>(c: &mut Cursor<'a>) -> Option<RawSample<'a>> {

@@ -16,6 +16,8 @@ pub const TYPE_SOFTWARE: u32 = 1;
 pub const COUNT_SW_CPU_CLOCK: u64 = 0;
 /// `PERF_COUNT_SW_TASK_CLOCK`: the task's own run time.
 pub const COUNT_SW_TASK_CLOCK: u64 = 1;
+/// `PERF_COUNT_SW_DUMMY`: counts nothing.
+pub const COUNT_SW_DUMMY: u64 = 9;
 
 /// `PERF_SAMPLE_IP`.
 pub const SAMPLE_IP: u64 = 1 << 0;
@@ -46,8 +48,25 @@ pub const FORMAT_LOST: u64 = 1 << 4;
 
 /// `PERF_RECORD_LOST`: the kernel dropped records, the ring being full.
 pub const RECORD_LOST: u32 = 2;
+/// `PERF_RECORD_COMM`: a thread's name set, or a process's at its exec.
+pub const RECORD_COMM: u32 = 3;
+/// `PERF_RECORD_EXIT`: a thread exited.
+pub const RECORD_EXIT: u32 = 4;
+/// `PERF_RECORD_FORK`: a thread or process was created.
+pub const RECORD_FORK: u32 = 7;
+/// `PERF_RECORD_READ`: an inherited event's count at its thread's exit
+/// (with `inherit_stat`).
+pub const RECORD_READ: u32 = 8;
 /// `PERF_RECORD_SAMPLE`.
 pub const RECORD_SAMPLE: u32 = 9;
+/// `PERF_RECORD_MMAP2`: an executable mapping was made.
+pub const RECORD_MMAP2: u32 = 10;
+
+/// `PERF_RECORD_MISC_COMM_EXEC`: the COMM record of an exec.
+pub const MISC_COMM_EXEC: u16 = 1 << 13;
+/// `PERF_RECORD_MISC_MMAP_BUILD_ID`: the MMAP2 record carries a build id
+/// instead of the file's device and inode.
+pub const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 
 /// `PERF_FLAG_FD_CLOEXEC`.
 pub const FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
@@ -69,14 +88,35 @@ pub const CLOCK_MONOTONIC: i32 = libc::CLOCK_MONOTONIC;
 pub mod flag {
     /// Created stopped; `IOC_ENABLE` starts it.
     pub const DISABLED: u64 = 1 << 0;
+    /// Copied into every thread and process the task creates from then on.
+    pub const INHERIT: u64 = 1 << 1;
     /// Don't sample while the thread runs in the kernel.
     pub const EXCLUDE_KERNEL: u64 = 1 << 5;
     /// Don't sample in the hypervisor.
     pub const EXCLUDE_HV: u64 = 1 << 6;
+    /// `PERF_RECORD_MMAP(2)` for executable mappings.
+    pub const MMAP: u64 = 1 << 8;
+    /// `PERF_RECORD_COMM` when a thread's name changes.
+    pub const COMM: u64 = 1 << 9;
+    /// Each inherited copy keeps its own count, and reports it at its
+    /// thread's exit (`PERF_RECORD_READ`).
+    pub const INHERIT_STAT: u64 = 1 << 11;
+    /// Enabled by the task's next exec.
+    pub const ENABLE_ON_EXEC: u64 = 1 << 12;
+    /// `PERF_RECORD_FORK` and `PERF_RECORD_EXIT`.
+    pub const TASK: u64 = 1 << 13;
     /// Wake pollers by bytes written ([`super::Attr::wakeup_watermark`]).
     pub const WATERMARK: u64 = 1 << 14;
+    /// The sample's thread and time also at the end of every other record.
+    pub const SAMPLE_ID_ALL: u64 = 1 << 18;
+    /// The `MMAP2` form of mapping records (with [`MMAP`]).
+    pub const MMAP2: u64 = 1 << 23;
+    /// COMM records of an exec are marked [`super::MISC_COMM_EXEC`].
+    pub const COMM_EXEC: u64 = 1 << 24;
     /// Timestamps from [`super::Attr::clockid`].
     pub const USE_CLOCKID: u64 = 1 << 25;
+    /// MMAP2 records carry the file's build id (Linux 5.12).
+    pub const BUILD_ID: u64 = 1 << 34;
 }
 
 /// `struct perf_event_attr` as of `PERF_ATTR_SIZE_VER7`; unions are named
@@ -129,6 +169,41 @@ pub fn perf_event_open(attr: &Attr, tid: i32) -> io::Result<OwnedFd> {
     let fd = i32::try_from(r).map_err(|_| io::Error::other("perf_event_open: fd out of range"))?;
     // SAFETY: the kernel just returned this descriptor and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `perf_event_open(attr, pid, cpu, group = -1, FD_CLOEXEC)`: an event
+/// following task `pid` (0: the calling thread) while it runs on `cpu`.
+pub fn perf_event_open_on(attr: &Attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    // SAFETY: as in `perf_event_open`.
+    let r = unsafe { libc::syscall(libc::SYS_perf_event_open, attr as *const Attr, pid, cpu, -1i32, FLAG_FD_CLOEXEC) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(r).map_err(|_| io::Error::other("perf_event_open: fd out of range"))?;
+    // SAFETY: the kernel just returned this descriptor and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The CPUs online now (`/sys/devices/system/cpu/online`, e.g. `0-3,6`);
+/// without it, `0..` the count the C library gives.
+pub fn online_cpus() -> Vec<i32> {
+    let parsed = std::fs::read_to_string("/sys/devices/system/cpu/online").ok().and_then(|s| parse_cpu_list(s.trim()));
+    parsed.unwrap_or_else(|| {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        (0..i32::try_from(n).unwrap_or(1).max(1)).collect()
+    })
+}
+
+/// A kernel CPU list (`0-3,6`).
+fn parse_cpu_list(s: &str) -> Option<Vec<i32>> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (i32, i32) = (lo.parse().ok()?, hi.parse().ok()?);
+        cpus.extend(lo..=hi);
+    }
+    (!cpus.is_empty()).then_some(cpus)
 }
 
 /// `ioctl(fd, request, 0)` for the argument-less perf ioctls.
@@ -202,6 +277,13 @@ mod tests {
 
     /// Offsets from `offsetof(struct perf_event_attr, ...)` with this
     /// machine's linux/perf_event.h.
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,6"), Some(vec![0, 1, 2, 3, 6]));
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
     #[test]
     fn layout() {
         assert_eq!(offset_of!(Attr, config), 8);

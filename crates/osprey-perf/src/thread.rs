@@ -184,7 +184,7 @@ impl ThreadSampler {
                 f(&s);
             }
             Record::Lost(n) => d.lost += n,
-            Record::Other(_) => {}
+            Record::Mmap(_) | Record::Comm(_) | Record::Task(_) | Record::Read(_) | Record::Other(_) => {}
             Record::Malformed => d.malformed += 1,
         });
         d

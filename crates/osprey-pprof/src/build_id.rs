@@ -18,7 +18,7 @@ pub fn read_hex(path: &Path) -> Option<String> {
 }
 
 /// Lowercase hex of a build id.
-pub(crate) fn hex(id: &[u8]) -> String {
+pub fn hex(id: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     id.iter().flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]).map(char::from).collect()
 }

@@ -185,6 +185,32 @@ pub fn svmas_of_offsets(path: &Path, offsets: &[u64]) -> Option<Vec<Option<u64>>
     Some(offsets.iter().map(|&o| svma(o)).collect())
 }
 
+/// An ELF file's executable `PT_LOAD` segments, `(p_offset, p_filesz,
+/// p_vaddr)` each: what gives a mapping of the file its load bias.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecSegments(Vec<ExecSegment>);
+
+impl ExecSegments {
+    /// Reads them from the file's program headers: its first page, the
+    /// whole file only when they lie further.
+    pub fn read(path: &Path) -> Option<ExecSegments> {
+        let head = read_head(path).ok()?;
+        exec_segments(&head)
+            .or_else(|| exec_segments(crate::mapped::Mapped::open(path).ok()?.bytes()))
+            .map(ExecSegments)
+    }
+
+    /// The load bias of the file mapped at `start` from file offset `off`
+    /// (a mapping starts at its segment's offset rounded down to a page);
+    /// None if no executable segment holds `off`.
+    pub fn bias(&self, start: u64, off: u64) -> Option<u64> {
+        let page = |o: u64| o & !0xfff;
+        let &(p_off, _, p_vaddr) = self.0.iter().find(|s| page(s.0) <= off && off < s.0 + s.1)?;
+        // File offset `off` is mapped at `start`; it is vaddr p_vaddr - p_off + off.
+        Some(start.wrapping_sub(p_vaddr.wrapping_sub(p_off).wrapping_add(off)))
+    }
+}
+
 /// The first page of a file: where an ELF image keeps its program headers.
 /// Read, not mapped: a mapping's `munmap` costs every thread of the process
 /// a TLB flush.
@@ -242,7 +268,7 @@ pub fn loaded_from(pid: u32, maps: &str) -> Vec<Loaded> {
 /// [`loaded_in`] from the bytes of `/proc/<pid>/maps` already read.
 pub fn loaded_from_bytes(pid: u32, maps: &[u8]) -> Vec<Loaded> {
     let mut out: Vec<Loaded> = Vec::new();
-    let mut files: HashMap<PathBuf, Option<Vec<ExecSegment>>> = HashMap::new();
+    let mut files: HashMap<PathBuf, Option<ExecSegments>> = HashMap::new();
     for e in osprey_procfs::maps::entries(maps) {
         // A deleted file is opened by its old path, as the process named it.
         if !e.perms.exec || !e.is_file() {
@@ -250,23 +276,8 @@ pub fn loaded_from_bytes(pid: u32, maps: &[u8]) -> Vec<Loaded> {
         }
         let (start, end, off) = (e.start, e.end, e.offset);
         let path = PathBuf::from(e.path_os());
-        // (p_offset, p_filesz, p_vaddr) of each executable PT_LOAD, read once per file.
-        let segs = files.entry(path.clone()).or_insert_with(|| {
-            let head = read_head(&file_of(pid, &path)).ok()?;
-            exec_segments(&head).or_else(|| {
-                // Program headers past the first page: rare, map the file.
-                let data = crate::mapped::Mapped::open(&file_of(pid, &path)).ok()?;
-                exec_segments(data.bytes())
-            })
-        });
-        let Some(segs) = segs else { continue };
-        // The mapping starts at the segment's offset rounded down to a page.
-        let page = |o: u64| o & !0xfff;
-        let Some(&(p_off, _, p_vaddr)) = segs.iter().find(|s| page(s.0) <= off && off < s.0 + s.1) else {
-            continue;
-        };
-        // File offset `off` is mapped at `start`; it is vaddr p_vaddr - p_off + off.
-        let bias = start.wrapping_sub(p_vaddr.wrapping_sub(p_off).wrapping_add(off));
+        let segs = files.entry(path.clone()).or_insert_with(|| ExecSegments::read(&file_of(pid, &path)));
+        let Some(bias) = segs.as_ref().and_then(|s| s.bias(start, off)) else { continue };
         match out.last_mut() {
             Some(l) if l.path == path && l.bias == bias => l.end = l.end.max(end),
             _ => out.push(Loaded { path, bias, start, end, image: None }),
