@@ -175,6 +175,7 @@ fn the_collector_makes_no_malloc_arena_at_start() {
         // `; true`: the shell forks the probe rather than exec it in its own pid.
         let script = format!("{}; true", probe.display());
         let o = Command::new(osprey())
+            .env("OSPREY_TREE_SAMPLER", "agent")
             .args(["exec", "--children", "--out"])
             .arg(&out_dir)
             .args(["--", "sh", "-c", &script])

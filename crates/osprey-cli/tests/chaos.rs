@@ -6,7 +6,8 @@
 //! within 10% of the CPU it used.
 //!
 //! 60 s by default; with `CI=true`, 8 s (said in the README). Run with
-//! `--children`, so the profile covers the whole process tree.
+//! `--children` and the agent in each process (`OSPREY_TREE_SAMPLER=agent`),
+//! so the agent is in the whole process tree.
 
 use osprey_testkit::cc::Cc;
 use osprey_testkit::{osprey, tempdir};
@@ -224,6 +225,7 @@ fn everything_at_once_at_one_khz() {
     let (plain, _) = run(Command::new(&exe).arg(secs));
     let out = dir.join("profiles");
     let (profiled, parent_ns) = run(Command::new(osprey())
+        .env("OSPREY_TREE_SAMPLER", "agent")
         .args(["exec", "--hz", "1000", "--children", "--quiet", "--out"])
         .arg(&out)
         .arg("--")

@@ -179,16 +179,13 @@ fn status_streams_and_signals_pass_through() {
     // Programs the target runs are not profiled unless asked.
     let o = run(&["exec", "--out", out.to_str().unwrap(), "--", "sh", "-c", "env | grep -c LD_PRELOAD || true"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "0");
-    let o = run(&[
-        "exec",
-        "--children",
-        "--out",
-        out.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "env | grep -c osprey_preload || true",
-    ]);
+    // With --children the kernel samples the tree: nothing is preloaded;
+    // the agent in each process, when asked for, passes itself on.
+    let children = ["exec", "--children", "--out", out.to_str().unwrap(), "--", "sh", "-c"];
+    let preloads = [&children[..], &["env | grep -c osprey_preload || true"]].concat();
+    let o = run(&preloads);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "0");
+    let o = Command::new(osprey()).env("OSPREY_TREE_SAMPLER", "agent").args(&preloads).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1");
 }
 

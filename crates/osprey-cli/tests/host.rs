@@ -37,7 +37,14 @@ fn osprey_cmd() -> Command {
 
 /// Runs `osprey exec ARGS`, killing it after `limit`; returns status, stdout, stderr and its pid.
 fn run_limited(args: &[&str], limit: Duration) -> (ExitStatus, String, String, u32) {
-    let child = osprey_cmd().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run osprey");
+    // The agent in every process, `--children` too: what these tests hold to the host's promises.
+    let child = osprey_cmd()
+        .env("OSPREY_TREE_SAMPLER", "agent")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run osprey");
     let pid = child.id();
     let out = output_within(child, limit, &format!("osprey exec {args:?} hung"));
     (out.status, String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into(), pid)
