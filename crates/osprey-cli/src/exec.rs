@@ -55,33 +55,17 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
             cmd[0]
         )));
     }
-    let libs = crate::agent_libs::locate(&|line| {
-        if !s.quiet {
-            eprintln!("{line}");
-        }
-    })?;
-    let mut preload = libs.agent.display().to_string();
-    if cfg.alloc {
-        // First: its `malloc` is the one the program's calls find.
-        let Some(allocators) = libs.alloc else {
-            return Err(Failure::from(format!(
-                "--alloc: libosprey_alloc.so not found next to {}",
-                libs.agent.display()
-            )));
-        };
-        preload = format!("{}:{preload}", allocators.display());
-    }
-    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        preload = format!("{preload}:{}", existing.to_string_lossy());
-    }
+    // The agent's libraries, first in the program's LD_PRELOAD (none for a
+    // tree the kernel samples: the user's own preloads only).
+    let existing = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty());
+    let preload = match native {
+        Some(_) => existing,
+        None => Some(agent_preload(s, &cfg, existing)?.into()),
+    };
     let mut c = std::process::Command::new(&program);
-    match native {
-        // The user's own preloads only.
-        Some(_) => match std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-            Some(existing) => c.env("LD_PRELOAD", existing),
-            None => c.env_remove("LD_PRELOAD"),
-        },
-        None => c.env("LD_PRELOAD", preload),
+    match preload {
+        Some(p) => c.env("LD_PRELOAD", p),
+        None => c.env_remove("LD_PRELOAD"),
     };
     c.arg0(&cmd[0])
         .args(&cmd[1..])
@@ -230,6 +214,31 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     }
     report_uploads(&uploads, s.quiet);
     Ok(supervise::end_like(ended))
+}
+
+/// `LD_PRELOAD` for the agent: its library (after the allocators' with
+/// `--alloc`: their `malloc` is the one the program's calls find), then
+/// the `existing` preloads.
+fn agent_preload(s: &Sampling, cfg: &osprey::Config, existing: Option<std::ffi::OsString>) -> Result<String, Failure> {
+    let libs = crate::agent_libs::locate(&|line| {
+        if !s.quiet {
+            eprintln!("{line}");
+        }
+    })?;
+    let mut preload = libs.agent.display().to_string();
+    if cfg.alloc {
+        let Some(allocators) = libs.alloc else {
+            return Err(Failure::from(format!(
+                "--alloc: libosprey_alloc.so not found next to {}",
+                libs.agent.display()
+            )));
+        };
+        preload = format!("{}:{preload}", allocators.display());
+    }
+    if let Some(existing) = existing {
+        preload = format!("{preload}:{}", existing.to_string_lossy());
+    }
+    Ok(preload)
 }
 
 /// The delivery configuration: flags, then OSPREY_* and ecosystem variables.

@@ -191,11 +191,7 @@ impl Reader {
                     }
                 }
             }
-            Record::Task(t) => {
-                if self.tree.contains(&t.pid) {
-                    self.images.task(&t);
-                }
-            }
+            Record::Task(t) if self.tree.contains(&t.pid) => self.images.task(&t),
             Record::Comm(c) => {
                 if !self.tree.contains(&c.pid) {
                     return;

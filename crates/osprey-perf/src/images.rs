@@ -68,11 +68,17 @@ struct FileTables {
     entry: Option<u64>,
 }
 
+/// A file as mapped: its path and the build id the mapping named.
+type FileKey = (PathBuf, Option<BuildId>);
+
+/// A GNU build id's bytes.
+type BuildId = Arc<[u8]>;
+
 /// Builds and keeps the images of a tree's processes.
 pub struct Images {
     procs: HashMap<u32, Proc>,
     /// Tables by file (path and build id); None: the file cannot be read.
-    files: HashMap<(PathBuf, Option<Arc<[u8]>>), Option<FileTables>>,
+    files: HashMap<FileKey, Option<FileTables>>,
     /// The vDSO's tables: the kernel maps the same image in every process,
     /// so this process's own serves them all.
     vdso: Option<Option<Table>>,
@@ -231,7 +237,7 @@ impl Images {
     }
 
     /// The tables, load bias and build id of mapping `m` of `pid`.
-    fn placed(&mut self, pid: u32, m: &Mapping) -> Option<(Table, u64, Option<Arc<[u8]>>)> {
+    fn placed(&mut self, pid: u32, m: &Mapping) -> Option<(Table, u64, Option<BuildId>)> {
         if m.path.as_os_str() == "[vdso]" {
             return Some((self.vdso_table()?, m.start, None));
         }

@@ -288,6 +288,65 @@ mod tests {
         assert_eq!((s.regs, s.stack.len()), (None, 0));
     }
 
+    /// A side-band record: `kind`, `misc`, `body`, then the `sample_id`
+    /// trailer (pid, tid, time), size filled in.
+    fn side_band(kind: u32, misc: u16, body: &[u8]) -> Vec<u8> {
+        let mut b = kind.to_le_bytes().to_vec();
+        b.extend_from_slice(&misc.to_le_bytes());
+        b.extend_from_slice(&[0, 0]);
+        b.extend_from_slice(body);
+        b.extend_from_slice(&7u32.to_le_bytes());
+        b.extend_from_slice(&8u32.to_le_bytes());
+        b.extend_from_slice(&999u64.to_le_bytes());
+        let size = b.len() as u16;
+        b[6..8].copy_from_slice(&size.to_le_bytes());
+        b
+    }
+
+    fn words(vs: &[u64]) -> Vec<u8> {
+        vs.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn mmap2_with_a_build_id_and_a_padded_path() {
+        let mut body = words(&[(8 << 32) | 7, 0x7f00_0000_1000, 0x2000, 0x1000]);
+        let mut id = [0u8; 24];
+        id[0] = 20;
+        id[4..24].copy_from_slice(&[0xab; 20]);
+        body.extend_from_slice(&id);
+        body.extend_from_slice(&5u32.to_le_bytes());
+        body.extend_from_slice(&2u32.to_le_bytes());
+        body.extend_from_slice(b"/usr/lib/libc.so.6\0\0\0\0\0\0");
+        let rec = side_band(sys::RECORD_MMAP2, sys::MISC_MMAP_BUILD_ID, &body);
+        let Record::Mmap(m) = parse(&rec) else { panic!("{:?}", parse(&rec)) };
+        assert_eq!((m.pid, m.tid, m.start, m.len, m.pgoff, m.prot), (7, 8, 0x7f00_0000_1000, 0x2000, 0x1000, 5));
+        assert_eq!(m.build_id, Some(&[0xab; 20][..]));
+        assert_eq!(m.path, b"/usr/lib/libc.so.6");
+        assert_eq!(time_of(&rec), Some(999));
+        // Without the flag the same bytes are a device and an inode: no build id.
+        let rec = side_band(sys::RECORD_MMAP2, 0, &body);
+        assert!(matches!(parse(&rec), Record::Mmap(Mmap { build_id: None, .. })));
+    }
+
+    #[test]
+    fn comm_task_and_read_records() {
+        let mut body = words(&[(8 << 32) | 7]);
+        body.extend_from_slice(b"cc1\0\0\0\0\0");
+        let rec = side_band(sys::RECORD_COMM, sys::MISC_COMM_EXEC, &body);
+        assert!(matches!(parse(&rec), Record::Comm(Comm { pid: 7, tid: 8, name: b"cc1", exec: true })));
+        let rec = side_band(sys::RECORD_COMM, 0, &body);
+        assert!(matches!(parse(&rec), Record::Comm(Comm { exec: false, .. })));
+        let body = [&words(&[(6 << 32) | 7, (5 << 32) | 8])[..], &words(&[1234])].concat();
+        let fork = Task { exit: false, pid: 7, ppid: 6, tid: 8, ptid: 5, time: 1234 };
+        assert!(matches!(parse(&side_band(sys::RECORD_FORK, 0, &body)), Record::Task(t) if t == fork));
+        assert!(matches!(parse(&side_band(sys::RECORD_EXIT, 0, &body)), Record::Task(t) if t.exit));
+        let read = side_band(sys::RECORD_READ, 0, &words(&[(8 << 32) | 7, 42_000]));
+        assert!(matches!(parse(&read), Record::Read(Read { pid: 7, tid: 8, value: 42_000 })));
+        // A name without its NUL is no record.
+        let rec = side_band(sys::RECORD_COMM, 0, &words(&[(8 << 32) | 7, u64::from_le_bytes(*b"abcdefgh")]));
+        assert!(!matches!(parse(&rec[..rec.len() - 16]), Record::Comm(_)));
+    }
+
     #[test]
     fn lost_and_truncated_records() {
         let mut lost = sys::RECORD_LOST.to_le_bytes().to_vec();

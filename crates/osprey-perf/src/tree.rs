@@ -39,10 +39,20 @@ use crate::sys::{self, flag, Attr};
 /// ring (the kernel stamps it, then copies it).
 pub const HOLD: Duration = Duration::from_millis(2);
 
+/// The most data pages per CPU's ring by default: 2 MiB.
+const MAX_RING_PAGES: usize = 512;
+
 /// Data pages per CPU's ring unless [`Config::ring_pages`] says otherwise:
-/// 512 KiB, the unprivileged `perf_event_mlock_kb` per CPU; about 30
-/// samples of 16 KiB stacks, a third of a second of one busy CPU at 100 Hz.
-pub const DEFAULT_RING_PAGES: usize = 128;
+/// a quarter second of one busy CPU's samples, between 64 and 512 pages
+/// (256 KiB-2 MiB; 512 KiB at 100 Hz with 16 KiB stacks). Their pages are
+/// zeroed and pinned when the ring is mapped. Halved while the kernel
+/// refuses them: an unprivileged user may lock `perf_event_mlock_kb`
+/// (516 KiB) per CPU.
+fn default_ring_pages(config: &Config) -> usize {
+    let quarter_second = (u64::from(config.stack_bytes) + 128) * u64::from(config.hz) / 4;
+    let pages = quarter_second.div_ceil(sys::page_size() as u64);
+    usize::try_from(pages).unwrap_or(MAX_RING_PAGES).next_power_of_two().clamp(64, MAX_RING_PAGES)
+}
 
 /// Counts of what the rings held.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,10 +99,11 @@ pub struct TreeSampler {
 impl TreeSampler {
     /// Opens the events on the calling thread (see the module doc): the
     /// next process this thread forks is sampled from its exec on, with
-    /// everything it starts. `config.include_kernel` is tried first and
-    /// dropped if refused (`perf_event_paranoid` 2 without CAP_PERFMON).
+    /// everything it starts. Time in the kernel is sampled when allowed
+    /// (not with `perf_event_paranoid` 2 without CAP_PERFMON): its samples
+    /// carry the user registers and stack of the system call.
     pub fn open(config: &Config) -> Result<TreeSampler> {
-        let mut pages = config.ring_pages.unwrap_or(DEFAULT_RING_PAGES);
+        let mut pages = config.ring_pages.unwrap_or_else(|| default_ring_pages(config));
         let config = config.validated()?;
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::gettid() } as u32;
