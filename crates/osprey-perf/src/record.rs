@@ -23,6 +23,25 @@ pub(crate) const SAMPLE_TYPE: u64 = sys::SAMPLE_IP
 /// The user registers copied: what `osprey_unwind::Regs` starts from.
 pub(crate) const REGS_MASK: u64 = (1 << sys::REG_BP) | (1 << sys::REG_SP) | (1 << sys::REG_IP);
 
+/// The attributes of a sampling event of `config`'s rate and stack copy
+/// on software clock `event`, with `flags`, waking a poller when its ring
+/// of `pages` data pages is half full: what this module decodes.
+pub(crate) fn sampling_attr(config: &crate::Config, event: u64, flags: u64, pages: usize) -> sys::Attr {
+    sys::Attr {
+        type_: sys::TYPE_SOFTWARE,
+        size: sys::ATTR_SIZE,
+        config: event,
+        sample_period: config.period_ns(),
+        sample_type: SAMPLE_TYPE,
+        flags: flags | sys::flag::WATERMARK | sys::flag::USE_CLOCKID,
+        wakeup_watermark: u32::try_from(pages * sys::page_size() / 2).unwrap_or(u32::MAX),
+        sample_regs_user: REGS_MASK,
+        sample_stack_user: config.stack_bytes,
+        clockid: sys::CLOCK_MONOTONIC,
+        ..sys::Attr::default()
+    }
+}
+
 /// User-mode registers at the sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UserRegs {

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::config::{Clock, Config};
 use crate::error::{Error, Result};
-use crate::record::{self, Record, REGS_MASK, SAMPLE_TYPE};
+use crate::record::{self, Record};
 use crate::ring::Ring;
 use crate::sys::{self, flag, Attr};
 
@@ -82,28 +82,15 @@ impl ThreadSampler {
     /// whether it reports losses (`PERF_FORMAT_LOST`).
     fn event(tid: u32, config: &Config) -> Result<(OwnedFd, bool)> {
         let pages = config.ring_pages.unwrap_or(8);
-        let page = sys::page_size();
-        let mut flags = flag::DISABLED | flag::EXCLUDE_HV | flag::WATERMARK | flag::USE_CLOCKID;
+        let mut flags = flag::DISABLED | flag::EXCLUDE_HV;
         if !config.include_kernel {
             flags |= flag::EXCLUDE_KERNEL;
         }
-        let attr = Attr {
-            type_: sys::TYPE_SOFTWARE,
-            size: sys::ATTR_SIZE,
-            config: match config.clock {
-                Clock::Task => sys::COUNT_SW_TASK_CLOCK,
-                Clock::Cpu => sys::COUNT_SW_CPU_CLOCK,
-            },
-            sample_period: config.period_ns(),
-            sample_type: SAMPLE_TYPE,
-            flags,
-            // Wake a poller when the ring is half full.
-            wakeup_watermark: u32::try_from(pages * page / 2).unwrap_or(u32::MAX),
-            sample_regs_user: REGS_MASK,
-            sample_stack_user: config.stack_bytes,
-            clockid: sys::CLOCK_MONOTONIC,
-            ..Attr::default()
+        let event = match config.clock {
+            Clock::Task => sys::COUNT_SW_TASK_CLOCK,
+            Clock::Cpu => sys::COUNT_SW_CPU_CLOCK,
         };
+        let attr = record::sampling_attr(config, event, flags, pages);
         let tid_c = i32::try_from(tid).map_err(|_| Error::NoSuchThread { tid })?;
         let with_lost = Attr { read_format: sys::FORMAT_LOST, ..attr };
         match sys::perf_event_open(&with_lost, tid_c) {

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::record::{self, Record, REGS_MASK, SAMPLE_TYPE};
+use crate::record::{self, Record};
 use crate::ring::Ring;
 use crate::sys::{self, flag, Attr};
 
@@ -142,7 +142,6 @@ impl TreeSampler {
         with_kernel: bool,
         build_id: bool,
     ) -> std::io::Result<Vec<CpuRing>> {
-        let page = sys::page_size();
         let mut flags = flag::DISABLED
             | flag::INHERIT
             | flag::EXCLUDE_HV
@@ -151,31 +150,16 @@ impl TreeSampler {
             | flag::INHERIT_STAT
             | flag::ENABLE_ON_EXEC
             | flag::TASK
-            | flag::WATERMARK
             | flag::SAMPLE_ID_ALL
             | flag::MMAP2
-            | flag::COMM_EXEC
-            | flag::USE_CLOCKID;
+            | flag::COMM_EXEC;
         if !with_kernel {
             flags |= flag::EXCLUDE_KERNEL;
         }
         if build_id {
             flags |= flag::BUILD_ID;
         }
-        let attr = Attr {
-            type_: sys::TYPE_SOFTWARE,
-            size: sys::ATTR_SIZE,
-            config: sys::COUNT_SW_TASK_CLOCK,
-            sample_period: config.period_ns(),
-            sample_type: SAMPLE_TYPE,
-            flags,
-            // Wake a poller when a ring is half full.
-            wakeup_watermark: u32::try_from(pages * page / 2).unwrap_or(u32::MAX),
-            sample_regs_user: REGS_MASK,
-            sample_stack_user: config.stack_bytes,
-            clockid: sys::CLOCK_MONOTONIC,
-            ..Attr::default()
-        };
+        let attr = record::sampling_attr(config, sys::COUNT_SW_TASK_CLOCK, flags, pages);
         let mut rings = Vec::with_capacity(cpus.len());
         for &cpu in cpus {
             let fd = sys::perf_event_open_on(&attr, 0, cpu)?;
