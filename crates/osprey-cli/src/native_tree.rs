@@ -89,7 +89,7 @@ type Key = (u32, Vec<u64>, bool);
 struct Proc {
     /// Its image is CPython's: sampled by the Python sampler, not here.
     python: bool,
-    /// Given when its image starts (an exec): `runtime-id` of its parts.
+    /// Given when it starts, and again at each exec: `runtime-id` of its parts.
     runtime_id: String,
     /// This period's samples: (count, CPU ns).
     pending: HashMap<Key, (i64, i64)>,
@@ -99,6 +99,9 @@ struct Proc {
     counted: HashMap<u32, u64>,
     /// Each thread's last stack: where what its samples missed is charged.
     last: HashMap<u32, (Vec<u64>, bool)>,
+    /// Threads charged at their exit by the last part, forgotten by the
+    /// next (the count of each CPU's copy comes in a record of its own).
+    exited: Vec<u32>,
 }
 
 struct Reader {
@@ -180,11 +183,16 @@ impl Reader {
                 if t.pid != t.ppid && !self.tree.contains(&t.ppid) {
                     return; // not of the command's tree
                 }
+                if t.pid != t.ppid && self.procs.contains_key(&t.pid) {
+                    // A pid used again: what its last process left goes first.
+                    self.write_part(t.pid);
+                    self.procs.remove(&t.pid);
+                }
                 self.tree.insert(t.pid);
                 self.images.task(&t);
                 if t.pid != t.ppid {
                     let python = self.procs.get(&t.ppid).is_some_and(|p| p.python);
-                    let runtime_id = self.procs.get(&t.ppid).map(|p| p.runtime_id.clone()).unwrap_or_default();
+                    let runtime_id = osprey_upload::new_runtime_id();
                     self.procs.insert(t.pid, Proc { python, runtime_id, ..Proc::default() });
                     if python {
                         wake_exec();
@@ -280,7 +288,9 @@ impl Reader {
             p.pending.clear();
             return;
         }
+        let previous = std::mem::take(&mut p.exited);
         for (&tid, &counted) in &p.counted {
+            p.exited.push(tid);
             let sampled = p.sampled.entry(tid).or_default();
             let rest = counted.saturating_sub(*sampled);
             if rest == 0 {
@@ -296,18 +306,27 @@ impl Reader {
             };
             p.pending.entry((tid, stack.0, stack.1)).or_default().1 += rest as i64;
         }
-        if p.pending.is_empty() {
-            return;
-        }
         let pending = std::mem::take(&mut p.pending);
         let runtime_id = p.runtime_id.clone();
-        let data = self.profile(pid, pending, &runtime_id);
-        let map = self.map(pid);
-        let part = osprey_pprof::to_pprof_part_of(&data, &map);
-        let bytes = prost::Message::encode_to_vec(&part);
-        match osprey_pprof::journal::append(&self.spool, osprey_pprof::journal::Kind::Profile, &bytes) {
-            Ok(_) => self.totals.parts += 1,
-            Err(e) => self.totals.errors.push(format!("pid {pid}: {e}")),
+        if !pending.is_empty() {
+            let data = self.profile(pid, pending, &runtime_id);
+            let map = self.map(pid);
+            let part = osprey_pprof::to_pprof_part_of(&data, &map);
+            let bytes = prost::Message::encode_to_vec(&part);
+            match osprey_pprof::journal::append(&self.spool, osprey_pprof::journal::Kind::Profile, &bytes) {
+                Ok(_) => self.totals.parts += 1,
+                Err(e) => self.totals.errors.push(format!("pid {pid}: {e}")),
+            }
+        }
+        // Threads charged by the part before this one: any count of theirs
+        // still to come came since, and was charged above.
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        for tid in previous {
+            p.counted.remove(&tid);
+            p.sampled.remove(&tid);
+            p.last.remove(&tid);
+            p.exited.retain(|&t| t != tid);
+            self.images.forget_thread(pid, tid);
         }
     }
 

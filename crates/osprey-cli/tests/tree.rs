@@ -8,6 +8,7 @@
 //! exec` killed by SIGKILL leaves are merged by the next one.
 
 use osprey_pprof::pprof::Profile;
+use osprey_testkit::cc::{compile_source, Cc};
 use osprey_testkit::profile::{function_names, label, profile_files, read_profiles};
 use osprey_testkit::{osprey, tempdir};
 use std::collections::{BTreeMap, BTreeSet};
@@ -356,13 +357,70 @@ fn a_static_program_in_the_tree_is_sampled() {
          int main(void) { spin_static(300000000L); return 0; }\n",
     )
     .unwrap();
-    let exe = dir.join("spin");
-    let st = Command::new("cc").args(["-O1", "-static", "-o"]).arg(&exe).arg(&src).status().unwrap();
-    assert!(st.success(), "cc -static");
+    let exe = Cc::new("cc").flags(&["-O1", "-static"]).build(&src, &dir.join("spin"));
     let out = dir.join("profiles");
     let script = format!("{}; true", exe.display());
     let o = exec(&dir, &out, &["--hz", "200"], &["sh", "-c", &script]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (ok, text) = report(&out, &["--process", "spin"]);
     assert!(ok && text.lines().any(|l| l.ends_with(" spin_static") && l.contains('%')), "{text}");
+}
+
+/// Threads that come and go: each one's CPU is charged to it at its exit,
+/// named as it named itself, and the program's total is what it used.
+#[test]
+fn short_threads_are_each_charged_and_named() {
+    let dir = tempdir("tree-threads");
+    let exe = compile_source(
+        &dir,
+        "churn",
+        r#"
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+static volatile unsigned long sink;
+static double cpu(void) { struct timespec t; clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static void *work(void *a) {
+    pthread_setname_np(pthread_self(), "churner");
+    for (long i = 0; i < 3000000; i++) sink += i;
+    return a;
+}
+int main(void) {
+    for (int i = 0; i < 60; i++) {
+        pthread_t t;
+        pthread_create(&t, 0, work, 0);
+        pthread_join(t, 0);
+    }
+    printf("%.0f\n", cpu() * 1e9);
+    return 0;
+}
+"#,
+    );
+    let out = dir.join("profiles");
+    let script = format!("{}; true", exe.display());
+    let o = exec(&dir, &out, &["--hz", "100"], &["sh", "-c", &script]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let used: f64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    let ps = read_profiles(&out);
+    let (mut total, mut threads, mut named) = (0i64, BTreeSet::new(), 0i64);
+    for p in &ps {
+        let cpu = p.sample_type.iter().position(|t| p.string(t.r#type) == "cpu").unwrap();
+        for s in p.sample.iter().filter(|s| label(p, s, "process").is_some_and(|(n, _)| n == "churn")) {
+            total += s.value[cpu];
+            threads.insert(label(p, s, "thread id").map(|(_, v)| v));
+            if label(p, s, "thread name").is_some_and(|(n, _)| n == "churner") {
+                named += s.value[cpu];
+            }
+        }
+    }
+    eprintln!(
+        "churn used {:.1} ms; its profile {:.1} ms over {} threads",
+        used / 1e6,
+        total as f64 / 1e6,
+        threads.len()
+    );
+    assert!(threads.len() >= 55, "{} threads", threads.len());
+    assert!((total as f64 - used).abs() <= 0.1 * used, "profile {total} ns, used {used} ns");
+    assert!(named as f64 >= 0.8 * used, "named {named} of {used} ns");
 }

@@ -208,6 +208,13 @@ impl Images {
         self.procs.keys().copied()
     }
 
+    /// Drops what is kept of thread `tid` of `pid` (it exited).
+    pub fn forget_thread(&mut self, pid: u32, tid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.threads.remove(&tid);
+        }
+    }
+
     /// Drops what is kept of `pid`.
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
