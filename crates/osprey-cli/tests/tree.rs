@@ -357,7 +357,7 @@ fn a_static_program_in_the_tree_is_sampled() {
          int main(void) { spin_static(300000000L); return 0; }\n",
     )
     .unwrap();
-    let exe = Cc::new("cc").flags(&["-O1", "-static"]).build(&src, &dir.join("spin"));
+    let exe = Cc::new("cc").flags(["-O1", "-static"]).build(&src, &dir.join("spin"));
     let out = dir.join("profiles");
     let script = format!("{}; true", exe.display());
     let o = exec(&dir, &out, &["--hz", "200"], &["sh", "-c", &script]);
