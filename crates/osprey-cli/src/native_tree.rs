@@ -121,6 +121,9 @@ struct Reader {
     cpython: HashMap<PathBuf, bool>,
     /// Build ids read from files (hex), when the records had none.
     build_ids: HashMap<PathBuf, Option<String>>,
+    /// Encoded parts not yet in the journal: appended together at the
+    /// period's end.
+    parts: Vec<Vec<u8>>,
     totals: Totals,
 }
 
@@ -139,6 +142,7 @@ impl Reader {
             period_start_realtime: realtime_ns(),
             cpython: HashMap::new(),
             build_ids: HashMap::new(),
+            parts: Vec::new(),
             totals: Totals::default(),
         }
     }
@@ -277,6 +281,15 @@ impl Reader {
             }
         }
         self.period_start_realtime = realtime_ns();
+        let parts = std::mem::take(&mut self.parts);
+        if parts.is_empty() {
+            return;
+        }
+        let all: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        match osprey_pprof::journal::append_all(&self.spool, osprey_pprof::journal::Kind::Profile, &all) {
+            Ok(_) => self.totals.parts += parts.len() as u64,
+            Err(e) => self.totals.errors.push(format!("{} parts: {e}", parts.len())),
+        }
     }
 
     /// Charges what `pid`'s threads ran beyond their samples, and appends
@@ -312,11 +325,7 @@ impl Reader {
             let data = self.profile(pid, pending, &runtime_id);
             let map = self.map(pid);
             let part = osprey_pprof::to_pprof_part_of(&data, &map);
-            let bytes = prost::Message::encode_to_vec(&part);
-            match osprey_pprof::journal::append(&self.spool, osprey_pprof::journal::Kind::Profile, &bytes) {
-                Ok(_) => self.totals.parts += 1,
-                Err(e) => self.totals.errors.push(format!("pid {pid}: {e}")),
-            }
+            self.parts.push(prost::Message::encode_to_vec(&part));
         }
         // Threads charged by the part before this one: any count of theirs
         // still to come came since, and was charged above.

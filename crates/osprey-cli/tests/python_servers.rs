@@ -161,6 +161,11 @@ fn report_of_one_slow_request() {
             ["span id", "local root span id", "thread id", "state"].map(|k| format!("{k}={:?}", label(&p, x, k)))
         });
         assert!(only, "a sample of another request under --span {span:016x}: {labels:?}");
+        // The app starts no span of its own: every sample of the request is
+        // in its server span (while the client's remote parent is current,
+        // around the span, a sample is in no span of this process).
+        let child = p.sample.iter().find(|x| !of(x, "span id")).map(|x| label(&p, x, "span id"));
+        assert!(child.is_none(), "a sample under --span {span:016x} in span {child:?}");
         let slow_path = p.sample.iter().filter(|x| function_names(&p, x).contains(&"slow_path")).count();
         // The server span also covers the framework's dispatch around the view.
         let in_view = p.sample.iter().filter(|x| function_names(&p, x).contains(&"index")).count();

@@ -184,13 +184,10 @@ impl Images {
     /// root of its main thread's stacks.
     pub fn entry(&mut self, pid: u32) -> Option<u64> {
         let exe = self.exe(pid)?.to_path_buf();
-        let set = self.modules(pid);
-        let m = set.modules().iter().find(|m| m.path == exe)?;
-        let f = self.files.get(&(exe, m.build_id.clone())).or_else(|| {
-            let exe = self.exe(pid)?.to_path_buf();
-            self.files.iter().find(|(k, _)| k.0 == exe).map(|(_, v)| v)
-        })?;
-        Some(m.bias.wrapping_add(f.as_ref()?.entry?))
+        let m = self.mappings(pid).iter().find(|m| m.path == exe)?.clone();
+        self.placed(pid, &m)?;
+        let f = self.files.get(&(m.path.clone(), m.build_id.clone()))?.as_ref()?;
+        Some(f.segments.bias(m.start, m.pgoff)?.wrapping_add(f.entry?))
     }
 
     /// The executable mappings of `pid`, sorted by address.

@@ -53,12 +53,13 @@ impl Kind {
 
 /// Appends `payload` as one record of `kind` to the journal of spool `dir`.
 pub fn append(dir: &Path, kind: Kind, payload: &[u8]) -> io::Result<PathBuf> {
-    let len = u32::try_from(payload.len()).map_err(|_| io::Error::other("record over 4 GiB"))?;
-    let mut record = Vec::with_capacity(HEADER + payload.len());
-    record.extend_from_slice(kind.magic());
-    record.extend_from_slice(&len.to_le_bytes());
-    record.extend_from_slice(&crc(payload).to_le_bytes());
-    record.extend_from_slice(payload);
+    append_all(dir, kind, &[payload])
+}
+
+/// Appends each of `payloads` as a record of `kind`, under one lock of the
+/// journal (each record one `write`, as [`append`] does).
+pub fn append_all(dir: &Path, kind: Kind, payloads: &[&[u8]]) -> io::Result<PathBuf> {
+    let records = payloads.iter().map(|p| record(kind, p)).collect::<io::Result<Vec<_>>>()?;
     let path = dir.join(NAME);
     // A sealed file is deleted at most once per attempt; a reader sealing
     // again and again while this one waits is bounded by the tries.
@@ -77,10 +78,23 @@ pub fn append(dir: &Path, kind: Kind, payload: &[u8]) -> io::Result<PathBuf> {
         if f.metadata()?.nlink() == 0 {
             continue;
         }
-        f.write_all(&record)?;
+        for r in &records {
+            f.write_all(r)?;
+        }
         return Ok(path);
     }
     Err(io::Error::other("the spool's journal was sealed 16 times during one append"))
+}
+
+/// `payload` as a record of `kind`: magic, length, CRC-32, payload.
+fn record(kind: Kind, payload: &[u8]) -> io::Result<Vec<u8>> {
+    let len = u32::try_from(payload.len()).map_err(|_| io::Error::other("record over 4 GiB"))?;
+    let mut record = Vec::with_capacity(HEADER + payload.len());
+    record.extend_from_slice(kind.magic());
+    record.extend_from_slice(&len.to_le_bytes());
+    record.extend_from_slice(&crc(payload).to_le_bytes());
+    record.extend_from_slice(payload);
+    Ok(record)
 }
 
 /// Renames the journal of spool `dir` aside for reading; `None` when there

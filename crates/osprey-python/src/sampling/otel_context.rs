@@ -10,6 +10,9 @@
 //! `_context` is a `SpanContext`, a `tuple` subclass (trace id, span id,
 //! is remote, ...).
 //!
+//! A current span that is remote (another process's `SpanContext`, current
+//! while no local span is) gives no span.
+//!
 //! Local root span: the SDK's `Span` keeps its parent's `SpanContext`
 //! (`_parent`), not the parent span. A span whose parent is None or remote
 //! is its own local root, and is remembered per trace id; a span with a
@@ -381,9 +384,11 @@ impl Spans {
         };
         let attrs = r.attrs(span)?;
         let sc = r.find(&attrs, "_context", &mut self.hints.context).ok_or_else(|| bad("span without _context"))?;
-        let (trace_id, span_id, _) = self.span_context(r, sc)?;
-        if trace_id == 0 || span_id == 0 {
-            // The invalid span (OTel's "no span").
+        let (trace_id, span_id, remote) = self.span_context(r, sc)?;
+        if trace_id == 0 || span_id == 0 || remote {
+            // The invalid span (OTel's "no span"), or another process's: a
+            // propagated parent is current while no local span is (a server
+            // attaches it before its span starts, and after it ends).
             return Ok(None);
         }
         // SDK spans have a `_parent` (None for a root); others do not.
