@@ -102,6 +102,8 @@ struct Proc {
     /// Threads charged at their exit by the last part, forgotten by the
     /// next (the count of each CPU's copy comes in a record of its own).
     exited: Vec<u32>,
+    /// Its map was read from `/proc` once (records were lost).
+    filled: bool,
 }
 
 struct Reader {
@@ -124,6 +126,8 @@ struct Reader {
     /// Encoded parts not yet in the journal: appended together at the
     /// period's end.
     parts: Vec<Vec<u8>>,
+    /// Records the kernel dropped so far (a full ring).
+    lost: u64,
     totals: Totals,
 }
 
@@ -143,6 +147,7 @@ impl Reader {
             cpython: HashMap::new(),
             build_ids: HashMap::new(),
             parts: Vec::new(),
+            lost: 0,
             totals: Totals::default(),
         }
     }
@@ -234,6 +239,7 @@ impl Reader {
                     }
                 }
             }
+            Record::Lost(n) => self.lost += n,
             Record::Read(r) => {
                 if let Some(p) = self.procs.get_mut(&r.pid) {
                     *p.counted.entry(r.tid).or_default() += r.value;
@@ -253,9 +259,17 @@ impl Reader {
             return;
         }
         let mut st = self.images.unwind(s);
+        let unmapped = |images: &Images, pcs: &[u64]| {
+            pcs.first().is_some_and(|&pc| !images.mappings(s.pid).iter().any(|m| m.start <= pc && pc < m.end))
+        };
+        // Mapping records lost with a full ring: the process's own map, once
+        // per process while it lives.
+        if unmapped(&self.images, &st.pcs) && self.may_fill(s.pid) && self.images.fill_from_proc(s.pid) {
+            st = self.images.unwind(s);
+        }
         // A sample in the kernel during an exec has the old image's user
         // registers: CPU the new image spends starting, charged to its entry.
-        if st.pcs.first().is_some_and(|&pc| !self.images.mappings(s.pid).iter().any(|m| m.start <= pc && pc < m.end)) {
+        if unmapped(&self.images, &st.pcs) {
             st.pcs = self.images.entry(s.pid).into_iter().collect();
             st.truncated = st.pcs.is_empty();
         }
@@ -265,6 +279,14 @@ impl Reader {
         a.1 += st.period as i64;
         p.last.insert(st.tid, (st.pcs, st.truncated));
         self.totals.samples += 1;
+    }
+
+    /// Whether `pid`'s map may be read from `/proc`: records were lost
+    /// (mappings among them, maybe), and not read for it yet.
+    fn may_fill(&mut self, pid: u32) -> bool {
+        let lost = self.lost > 0;
+        let p = self.procs.entry(pid).or_default();
+        lost && !std::mem::replace(&mut p.filled, true)
     }
 
     /// Writes the period's part of every process, and forgets those gone.

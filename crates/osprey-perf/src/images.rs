@@ -165,6 +165,29 @@ impl Images {
         stack
     }
 
+    /// Adds the executable mappings `/proc/<pid>/maps` shows that the
+    /// records did not (a ring that overflowed loses them too); false if
+    /// the process is gone or nothing was missing.
+    pub fn fill_from_proc(&mut self, pid: u32) -> bool {
+        let Ok(text) = osprey_procfs::maps::read(pid as i32) else { return false };
+        let Some(p) = self.procs.get_mut(&pid) else { return false };
+        let image = &mut p.image;
+        let mut added = false;
+        for e in osprey_procfs::maps::entries(&text).filter(|e| e.perms.exec) {
+            if image.maps.iter().any(|m| m.start < e.end && e.start < m.end) {
+                continue;
+            }
+            let path = PathBuf::from(std::ffi::OsStr::from_bytes(e.path));
+            image.maps.push(Mapping { start: e.start, end: e.end, pgoff: e.offset, path, build_id: None });
+            added = true;
+        }
+        if added {
+            image.maps.sort_by_key(|m| m.start);
+            image.set = None;
+        }
+        added
+    }
+
     /// The name of process `pid` (its main thread's), empty if unknown.
     pub fn process_name(&self, pid: u32) -> &str {
         self.procs.get(&pid).map_or("", |p| p.image.name.as_str())

@@ -146,3 +146,38 @@ fn stacks_of_a_frameless_program_from_the_records() {
         assert!((got - want).abs() <= 5.0, "split {leaves:?}");
     }
 }
+
+/// Mapping records lost (a ring that overflowed drops them with the
+/// samples): the process's map, read from `/proc` while it lives, stands
+/// in for them.
+#[test]
+fn lost_mapping_records_are_filled_from_proc() {
+    let mut tree = TreeSampler::open(&Config::new(999, 16 << 10)).expect("perf_event_open");
+    let t = Target::start(&["run", "1"]);
+    let pid = t.pid();
+    let mut images = Images::default();
+    let mut samples = 0;
+    let mut complete = 0;
+    let mut filled = false;
+    while !t.exited() {
+        let _ = tree.wait(Duration::from_millis(50));
+        tree.drain(false, &mut |r| match r {
+            Record::Comm(c) => images.comm(&c),
+            Record::Task(t) => images.task(&t),
+            Record::Sample(s) if s.pid == pid => {
+                if !filled {
+                    filled = images.fill_from_proc(pid);
+                }
+                let st = images.unwind(&s);
+                samples += 1;
+                complete += usize::from(!st.truncated);
+            }
+            // Every mapping record dropped.
+            _ => {}
+        });
+    }
+    let _ = t.finish();
+    assert!(filled, "the map read from /proc");
+    assert!(samples >= 50, "{samples} samples");
+    assert!(complete * 100 >= samples * 90, "{complete} of {samples} complete");
+}
