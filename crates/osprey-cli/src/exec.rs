@@ -29,14 +29,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let up = delivery(s, &name)?;
     let out_existed = up.out.as_ref().is_some_and(|o| o.exists());
     let cfg = check_sampling(s, &up)?;
-    // With `--children` and files only, the tree's native processes are
-    // sampled by the kernel rather than by an agent preloaded in each (see
-    // `native_tree`); opened here, on the thread that spawns the command.
-    // Wall time, allocations and DWARF lines need the agent; so does a
-    // kernel that refuses the events.
+    // With `--children` the tree's native processes are sampled by the
+    // kernel rather than by an agent preloaded in each (see `native_tree`);
+    // opened here, on the thread that spawns the command. Wall time,
+    // allocations and DWARF lines need the agent; so does a kernel that
+    // refuses the events.
     let native = (children
-        && up.out.is_some()
-        && !up.uploads()
         && !cfg.wall
         && !cfg.alloc
         && !s.lines
@@ -127,12 +125,11 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let started = Instant::now();
     let child = c.spawn().map_err(|e| Failure { message: format!("{}: {e}", cmd[0]), code: 126 })?;
     let pid = child.id() as i32;
-    let native = match (native, &spool, grid) {
-        (Some(t), Some(sp), Some(g)) => {
-            Some(crate::native_tree::NativeTree::start(t, pid as u32, sp.path().to_path_buf(), g, cfg.hz))
-        }
-        _ => None,
-    };
+    let native = native.map(|t| {
+        let periods = grid.unwrap_or_else(|| osprey_pprof::periods::Grid::starting_now(cfg.period));
+        let spool = spool.as_ref().map(|sp| sp.path().to_path_buf());
+        crate::native_tree::NativeTree::start(t, pid as u32, spool, periods, cfg.hz, &up)
+    });
     let mut opts = osprey_python::Options { from_start: true, ..python_options(&cfg, &up, None, s) };
     let mut tree_up = up.clone();
     opts.grid = grid;
@@ -170,7 +167,11 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let mut reports = status.as_ref().map(StatusDir::reports).unwrap_or_default();
     reports.extend(spool.as_ref().map(Spool::reports).unwrap_or_default());
     let uploads = osprey_upload::report::merge_uploads(
-        reports.iter().flat_map(|r| r.uploads.iter()).chain(finished.iter().flat_map(|f| f.uploads.iter())),
+        reports
+            .iter()
+            .flat_map(|r| r.uploads.iter())
+            .chain(finished.iter().flat_map(|f| f.uploads.iter()))
+            .chain(natives.uploads.iter()),
     );
     let samples = reports.iter().map(|r| r.samples).sum::<u64>()
         + finished.iter().filter_map(|f| f.result.as_ref().ok()).map(|s| s.samples).sum::<u64>()

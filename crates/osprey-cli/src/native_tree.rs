@@ -6,9 +6,11 @@
 //!
 //! A thread of `osprey exec` reads the rings, follows each process's image
 //! from the side-band records (`osprey_perf::Images`), unwinds the samples
-//! and, at each end of the spool's period grid, appends one part per
-//! process to the spool's journal, which `exec` merges as it merges the
-//! agents' (`crate::spool`). CPython images are left to the Python sampler
+//! and, at each end of the period grid, appends one part per process to
+//! the spool's journal, which `exec` merges as it merges the agents'
+//! (`crate::spool`), and hands each part, named, to the backends as that
+//! process's profile (its runtime id, its pid: what an agent in it would
+//! have sent). CPython images are left to the Python sampler
 //! (`crate::tree`): their samples are dropped here, and their exec or fork
 //! wakes `exec`'s loop so that the sampler attaches at once.
 //!
@@ -45,6 +47,8 @@ pub struct Totals {
     pub lost: u64,
     /// Parts appended to the spool.
     pub parts: u64,
+    /// What each backend took of the tree's profiles.
+    pub uploads: Vec<osprey_upload::BackendStats>,
     /// Parts that could not be written, with why.
     pub errors: Vec<String>,
 }
@@ -57,15 +61,28 @@ pub struct NativeTree {
 
 impl NativeTree {
     /// Reads `sampler`'s rings on a thread of its own, for the tree of
-    /// `root`, writing parts into `spool` at the ends of `grid`'s periods.
-    pub fn start(sampler: TreeSampler, root: u32, spool: PathBuf, grid: osprey_pprof::periods::Grid, hz: u32) -> Self {
+    /// `root`, at `hz`: parts into `spool` (if any) at the ends of `grid`'s
+    /// periods, and to the backends `up` names.
+    pub fn start(
+        sampler: TreeSampler,
+        root: u32,
+        spool: Option<PathBuf>,
+        grid: osprey_pprof::periods::Grid,
+        hz: u32,
+        up: &osprey_upload::UploadConfig,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
+        let uploads = up.uploads().then(|| Uploads::start(up, root, grid));
+        let exit_wait = up.exit_wait;
         let thread = std::thread::Builder::new()
             .name("osprey-tree".into())
             .spawn(move || {
-                let mut r = Reader::new(root, spool, grid, hz);
+                let mut r = Reader::new(root, spool, uploads, grid, hz);
                 r.run(sampler, &stopped);
+                if let Some(u) = r.uploads.as_mut() {
+                    r.totals.uploads = u.uploader.shutdown(exit_wait);
+                }
                 r.totals
             })
             .expect("spawn the tree's reader thread");
@@ -79,6 +96,53 @@ impl NativeTree {
             .join()
             .unwrap_or_else(|_| Totals { errors: vec!["the tree's reader thread failed".into()], ..Totals::default() })
     }
+}
+
+/// The tree's backends: one uploader for every process, each profile
+/// sent as its process's.
+struct Uploads {
+    uploader: osprey_upload::Uploader,
+    host: String,
+    deployment: osprey_upload::Deployment,
+}
+
+impl Uploads {
+    /// Up to this many of the tree's profiles wait for a backend (within
+    /// the configured bytes): a period's end hands over one per process.
+    const QUEUE: usize = 4096;
+
+    fn start(up: &osprey_upload::UploadConfig, root: u32, grid: osprey_pprof::periods::Grid) -> Uploads {
+        let mut cfg = up.clone();
+        cfg.queue_profiles = cfg.queue_profiles.max(Self::QUEUE);
+        let meta =
+            osprey_upload::Meta::new(osprey_upload::new_runtime_id(), root as i32, osprey_upload::Language::Native);
+        let (host, deployment) = (meta.host.clone(), meta.deployment.clone());
+        Uploads { uploader: osprey_upload::Uploader::start(cfg, meta, grid.period()), host, deployment }
+    }
+
+    /// Queues `part` (named) as its process's profile.
+    fn submit(&self, part: &Part, profile: &mut osprey_pprof::pprof::Profile) {
+        let meta = osprey_upload::Meta {
+            runtime_id: part.runtime_id.clone(),
+            pid: part.pid as i32,
+            language: osprey_upload::Language::Native,
+            host: self.host.clone(),
+            deployment: self.deployment.clone(),
+        };
+        let mut comments = self.deployment.comments();
+        comments.extend(self.uploader.take_comments());
+        osprey_upload::add_comments(profile, &comments);
+        self.uploader.submit_for(Arc::new(meta), prost::Message::encode_to_vec(&*profile), part.start_ns, part.end_ns);
+    }
+}
+
+/// One process's part of a period.
+struct Part {
+    pid: u32,
+    runtime_id: String,
+    start_ns: i64,
+    end_ns: i64,
+    profile: osprey_pprof::pprof::Profile,
 }
 
 /// Samples merged by thread, stack (leaf first) and cut or not.
@@ -108,7 +172,8 @@ struct Proc {
 
 struct Reader {
     root: u32,
-    spool: PathBuf,
+    spool: Option<PathBuf>,
+    uploads: Option<Uploads>,
     grid: osprey_pprof::periods::Grid,
     hz: u32,
     images: Images,
@@ -123,20 +188,27 @@ struct Reader {
     cpython: HashMap<PathBuf, bool>,
     /// Build ids read from files (hex), when the records had none.
     build_ids: HashMap<PathBuf, Option<String>>,
-    /// Encoded parts not yet in the journal: appended together at the
-    /// period's end.
-    parts: Vec<Vec<u8>>,
+    /// Parts not yet written: appended to the journal together at the
+    /// period's end (and named together for the backends).
+    parts: Vec<Part>,
     /// Records the kernel dropped so far (a full ring).
     lost: u64,
     totals: Totals,
 }
 
 impl Reader {
-    fn new(root: u32, spool: PathBuf, grid: osprey_pprof::periods::Grid, hz: u32) -> Reader {
+    fn new(
+        root: u32,
+        spool: Option<PathBuf>,
+        uploads: Option<Uploads>,
+        grid: osprey_pprof::periods::Grid,
+        hz: u32,
+    ) -> Reader {
         let now = osprey_pprof::periods::monotonic_ns();
         Reader {
             root,
             spool,
+            uploads,
             grid,
             hz,
             images: Images::default(),
@@ -303,12 +375,25 @@ impl Reader {
             }
         }
         self.period_start_realtime = realtime_ns();
-        let parts = std::mem::take(&mut self.parts);
+        let mut parts = std::mem::take(&mut self.parts);
         if parts.is_empty() {
             return;
         }
-        let all: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-        match osprey_pprof::journal::append_all(&self.spool, osprey_pprof::journal::Kind::Profile, &all) {
+        if let Some(up) = &self.uploads {
+            // The backends want names: the period's parts named together,
+            // each file read once (the merge finds nothing left to name).
+            let mut profiles: Vec<_> = parts.iter_mut().map(|p| std::mem::take(&mut p.profile)).collect();
+            osprey_pprof::deferred::name_parts(&mut profiles);
+            for (part, mut profile) in parts.iter_mut().zip(profiles) {
+                let named = profile.clone();
+                up.submit(part, &mut profile);
+                part.profile = named;
+            }
+        }
+        let Some(spool) = &self.spool else { return };
+        let encoded: Vec<Vec<u8>> = parts.iter().map(|p| prost::Message::encode_to_vec(&p.profile)).collect();
+        let all: Vec<&[u8]> = encoded.iter().map(Vec::as_slice).collect();
+        match osprey_pprof::journal::append_all(spool, osprey_pprof::journal::Kind::Profile, &all) {
             Ok(_) => self.totals.parts += parts.len() as u64,
             Err(e) => self.totals.errors.push(format!("{} parts: {e}", parts.len())),
         }
@@ -346,8 +431,9 @@ impl Reader {
         if !pending.is_empty() {
             let data = self.profile(pid, pending, &runtime_id);
             let map = self.map(pid);
-            let part = osprey_pprof::to_pprof_part_of(&data, &map);
-            self.parts.push(prost::Message::encode_to_vec(&part));
+            let (start_ns, end_ns) = (data.start_realtime_ns, data.start_realtime_ns + data.duration_ns);
+            let profile = osprey_pprof::to_pprof_part_of(&data, &map);
+            self.parts.push(Part { pid, runtime_id: runtime_id.clone(), start_ns, end_ns, profile });
         }
         // Threads charged by the part before this one: any count of theirs
         // still to come came since, and was charged above.

@@ -98,5 +98,27 @@ fn children_count_merged_files_and_delivered_profiles() {
     // The root shell and its two children, each its own profile.
     let line = err.lines().find(|l| l.starts_with("osprey: otlp: ")).unwrap_or_else(|| panic!("no otlp line:\n{err}"));
     assert!(line.contains("3 profiles delivered to"), "{err}");
-    assert_eq!(r.wait_for(3, Duration::from_secs(5)).len(), 3, "{err}");
+    let requests = r.wait_for(3, Duration::from_secs(5));
+    assert_eq!(requests.len(), 3, "{err}");
+    // Each as its own process: three runtime ids (the resource's
+    // `osprey.runtime_id`), whatever samples the tree.
+    let ids: std::collections::BTreeSet<String> = requests.iter().filter_map(|q| runtime_id(&q.body)).collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+}
+
+/// The value of the `osprey.runtime_id` attribute in a gzipped OTLP
+/// request: the first UUID-shaped text after the key.
+fn runtime_id(gzipped: &[u8]) -> Option<String> {
+    let mut body = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(gzipped), &mut body).ok()?;
+    let key = b"osprey.runtime_id";
+    let at = body.windows(key.len()).position(|w| w == key)? + key.len();
+    let uuid = |w: &[u8]| {
+        w.len() == 36
+            && w.iter()
+                .enumerate()
+                .all(|(i, &c)| if [8, 13, 18, 23].contains(&i) { c == b'-' } else { c.is_ascii_hexdigit() })
+    };
+    let rest = body.get(at..at + 64)?;
+    rest.windows(36).find(|w| uuid(w)).map(|w| String::from_utf8_lossy(w).into_owned())
 }

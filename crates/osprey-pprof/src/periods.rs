@@ -35,6 +35,11 @@ impl Grid {
         value.trim().parse().ok().map(|origin| Grid::new(origin, period))
     }
 
+    /// The period.
+    pub fn period(&self) -> Duration {
+        Duration::from_nanos(self.period_ns)
+    }
+
     /// The origin, as [`ORIGIN_ENV`] carries it.
     pub fn origin_env(&self) -> String {
         self.origin_ns.to_string()

@@ -105,6 +105,9 @@ pub struct Item {
     pub end_ns: i64,
     /// 0, 1, 2... in submission order.
     pub seq: u64,
+    /// The process it profiles, when not the uploader's own (one uploader
+    /// for the processes of a tree, `Uploader::submit_for`).
+    pub meta: Option<std::sync::Arc<Meta>>,
 }
 
 /// The machine's host name.
@@ -184,13 +187,15 @@ pub(crate) fn encode_for(
     item: &Item,
     s: &worker::Shared,
 ) -> Result<http::Request, Error> {
+    let meta = item.meta.as_deref().unwrap_or(&s.meta);
     match backend {
         Backend::Datadog => {
+            // The uploader's process's code (a tree's: its command's).
             let prov = s.provenance.get_or_init(|| provenance::code_provenance(s.meta.pid, s.meta.language));
-            Ok(datadog::request(endpoint, item, &s.cfg, &s.meta, prov))
+            Ok(datadog::request(endpoint, item, &s.cfg, meta, prov))
         }
-        Backend::Pyroscope => pyroscope::request(endpoint, item, &s.cfg, &s.meta.deployment),
-        Backend::Otlp => otlp::request(endpoint, item, &s.cfg, &s.meta),
+        Backend::Pyroscope => pyroscope::request(endpoint, item, &s.cfg, &meta.deployment),
+        Backend::Otlp => otlp::request(endpoint, item, &s.cfg, meta),
     }
 }
 

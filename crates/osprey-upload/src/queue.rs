@@ -81,7 +81,7 @@ mod tests {
     use super::*;
 
     fn item(seq: u64, len: usize) -> Arc<Item> {
-        Arc::new(Item { pprof: vec![0; len], start_ns: 0, end_ns: 0, seq })
+        Arc::new(Item { pprof: vec![0; len], start_ns: 0, end_ns: 0, seq, meta: None })
     }
 
     #[test]

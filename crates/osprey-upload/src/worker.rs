@@ -70,8 +70,13 @@ struct State {
     /// Set by shutdown: nothing is sent after this instant.
     deadline: Option<Instant>,
     last_end_ns: Option<i64>,
+    /// The last end submitted per process ([`Uploader::submit_for`]), by runtime id.
+    last_end_of: std::collections::HashMap<String, i64>,
     seq: u64,
 }
+
+/// Processes whose last end [`Uploader::submit_for`] keeps.
+const MAX_PROCESSES: usize = 4096;
 
 pub(crate) struct Shared {
     state: Mutex<State>,
@@ -152,7 +157,13 @@ impl Uploader {
             .collect::<Vec<_>>();
         let n = lanes.len();
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { lanes, deadline: None, last_end_ns: None, seq: 0 }),
+            state: Mutex::new(State {
+                lanes,
+                deadline: None,
+                last_end_ns: None,
+                last_end_of: Default::default(),
+                seq: 0,
+            }),
             cv: Condvar::new(),
             cfg,
             meta,
@@ -183,14 +194,38 @@ impl Uploader {
     /// start is moved to the previous profile's end, so uploads are
     /// contiguous. Returns how many older profiles were dropped to make room.
     pub fn submit(&self, pprof: Vec<u8>, start_ns: i64, end_ns: i64) -> usize {
+        self.queue(None, pprof, start_ns, end_ns)
+    }
+
+    /// [`Uploader::submit`] for another process than the uploader's (the
+    /// processes of a tree, each its own to the backends): `meta` names
+    /// it, and its uploads are contiguous among themselves.
+    pub fn submit_for(&self, meta: Arc<Meta>, pprof: Vec<u8>, start_ns: i64, end_ns: i64) -> usize {
+        self.queue(Some(meta), pprof, start_ns, end_ns)
+    }
+
+    fn queue(&self, meta: Option<Arc<Meta>>, pprof: Vec<u8>, start_ns: i64, end_ns: i64) -> usize {
         let mut st = self.lock();
         if st.deadline.is_some() || st.lanes.is_empty() {
             return 0;
         }
-        let start = st.last_end_ns.unwrap_or(start_ns);
+        let last = match &meta {
+            Some(m) => st.last_end_of.get(&m.runtime_id).copied(),
+            None => st.last_end_ns,
+        };
+        let start = last.unwrap_or(start_ns);
         let end = end_ns.max(start);
-        st.last_end_ns = Some(end);
-        let item = Arc::new(Item { pprof, start_ns: start, end_ns: end, seq: st.seq });
+        match &meta {
+            Some(m) => {
+                // Bounded: a tree's processes come and go.
+                if st.last_end_of.len() >= MAX_PROCESSES && !st.last_end_of.contains_key(&m.runtime_id) {
+                    st.last_end_of.clear();
+                }
+                st.last_end_of.insert(m.runtime_id.clone(), end);
+            }
+            None => st.last_end_ns = Some(end),
+        }
+        let item = Arc::new(Item { pprof, start_ns: start, end_ns: end, seq: st.seq, meta });
         st.seq += 1;
         let mut dropped = 0;
         for lane in st.lanes.iter_mut() {
