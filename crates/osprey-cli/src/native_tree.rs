@@ -29,6 +29,9 @@ use std::time::Duration;
 
 /// Stack bytes the kernel copies per sample.
 const STACK_BYTES: u32 = 16 << 10;
+/// Parts of processes gone that are appended without waiting for the
+/// period's end once there are this many.
+const FLUSH_PARTS: usize = 256;
 /// Longest wait for the rings between two reads.
 const READ_EVERY: Duration = Duration::from_millis(50);
 
@@ -168,6 +171,8 @@ struct Proc {
     exited: Vec<u32>,
     /// Its map was read from `/proc` once (records were lost).
     filled: bool,
+    /// When its main thread exited (`CLOCK_MONOTONIC` ns).
+    exit_time: Option<u64>,
 }
 
 struct Reader {
@@ -234,6 +239,7 @@ impl Reader {
             // Every record before the period's end is read once the drain's
             // horizon passed it.
             let horizon = osprey_pprof::periods::monotonic_ns().saturating_sub(hold_ns());
+            self.reap(horizon.saturating_sub(hold_ns()));
             if ending || horizon >= self.period_end {
                 self.write_parts(ending);
                 self.period_end = self.grid.next_end(horizon);
@@ -280,7 +286,12 @@ impl Reader {
                     }
                 }
             }
-            Record::Task(t) if self.tree.contains(&t.pid) => self.images.task(&t),
+            Record::Task(t) if self.tree.contains(&t.pid) => {
+                self.images.task(&t);
+                if t.tid == t.pid {
+                    self.procs.entry(t.pid).or_default().exit_time = Some(t.time);
+                }
+            }
             Record::Comm(c) => {
                 if !self.tree.contains(&c.pid) {
                     return;
@@ -367,14 +378,39 @@ impl Reader {
         for pid in pids {
             self.write_part(pid);
             if self.images.exited(pid) || ending {
-                self.procs.remove(&pid);
-                self.images.forget(pid);
-                if pid != self.root {
-                    self.tree.remove(&pid);
-                }
+                self.forget(pid);
             }
         }
         self.period_start_realtime = realtime_ns();
+        self.flush_parts();
+    }
+
+    /// Writes the parts of the processes whose main thread exited before
+    /// `before` and forgets them: their counts at exit, which follow the
+    /// exit, are in by then. What a tree holds is then its live processes,
+    /// however many come and go in a period.
+    fn reap(&mut self, before: u64) {
+        let gone: Vec<u32> =
+            self.procs.iter().filter(|(_, p)| p.exit_time.is_some_and(|t| t < before)).map(|(&pid, _)| pid).collect();
+        for pid in gone {
+            self.write_part(pid);
+            self.forget(pid);
+        }
+        if self.parts.len() >= FLUSH_PARTS {
+            self.flush_parts();
+        }
+    }
+
+    fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.images.forget(pid);
+        if pid != self.root {
+            self.tree.remove(&pid);
+        }
+    }
+
+    /// Names (for the backends), sends and appends the parts written so far.
+    fn flush_parts(&mut self) {
         let mut parts = std::mem::take(&mut self.parts);
         if parts.is_empty() {
             return;
