@@ -105,18 +105,13 @@ fn stacks_of_a_frameless_program_from_the_records() {
     let pid = t.pid();
     let mut images = Images::default();
     let mut stacks = Vec::new();
-    let mut feed = |r: Record<'_>, images: &mut Images| match r {
+    drain_until_exit(&mut tree, &t, &mut |r| match r {
         Record::Sample(s) if s.pid == pid => stacks.push(images.unwind(&s)),
         Record::Mmap(m) => images.mmap(&m),
         Record::Comm(c) => images.comm(&c),
         Record::Task(t) => images.task(&t),
         _ => {}
-    };
-    while !t.exited() {
-        let _ = tree.wait(Duration::from_millis(50));
-        tree.drain(false, &mut |r| feed(r, &mut images));
-    }
-    tree.drain(true, &mut |r| feed(r, &mut images));
+    });
     let (code, _, _) = t.finish();
     assert_eq!(code, Some(3));
     assert!(images.process_name(pid).starts_with("split-"), "{}", images.process_name(pid));
@@ -159,25 +154,31 @@ fn lost_mapping_records_are_filled_from_proc() {
     let mut samples = 0;
     let mut complete = 0;
     let mut filled = false;
-    while !t.exited() {
-        let _ = tree.wait(Duration::from_millis(50));
-        tree.drain(false, &mut |r| match r {
-            Record::Comm(c) => images.comm(&c),
-            Record::Task(t) => images.task(&t),
-            Record::Sample(s) if s.pid == pid => {
-                if !filled {
-                    filled = images.fill_from_proc(pid);
-                }
-                let st = images.unwind(&s);
-                samples += 1;
-                complete += usize::from(!st.truncated);
+    drain_until_exit(&mut tree, &t, &mut |r| match r {
+        Record::Comm(c) => images.comm(&c),
+        Record::Task(t) => images.task(&t),
+        Record::Sample(s) if s.pid == pid => {
+            if !filled {
+                filled = images.fill_from_proc(pid);
             }
-            // Every mapping record dropped.
-            _ => {}
-        });
-    }
+            let st = images.unwind(&s);
+            samples += 1;
+            complete += usize::from(!st.truncated);
+        }
+        // Every mapping record dropped.
+        _ => {}
+    });
     let _ = t.finish();
     assert!(filled, "the map read from /proc");
     assert!(samples >= 50, "{samples} samples");
     assert!(complete * 100 >= samples * 90, "{complete} of {samples} complete");
+}
+
+/// Passes `tree`'s records to `f` until `t` has exited, then the rest.
+fn drain_until_exit(tree: &mut TreeSampler, t: &Target, f: &mut dyn FnMut(Record<'_>)) {
+    while !t.exited() {
+        let _ = tree.wait(Duration::from_millis(50));
+        tree.drain(false, f);
+    }
+    tree.drain(true, f);
 }
