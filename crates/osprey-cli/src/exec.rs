@@ -31,16 +31,12 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let cfg = check_sampling(s, &up)?;
     // With `--children` the tree's native processes are sampled by the
     // kernel rather than by an agent preloaded in each (see `native_tree`);
-    // opened here, on the thread that spawns the command. Wall time,
-    // allocations and DWARF lines need the agent; so does a kernel that
-    // refuses the events.
-    let native = (children
-        && !cfg.wall
-        && !cfg.alloc
-        && !s.lines
-        && std::env::var("OSPREY_TREE_SAMPLER").map_or(true, |v| v != "agent"))
-    .then(|| crate::native_tree::open(cfg.hz).ok())
-    .flatten();
+    // opened here, on the thread that spawns the command. Wall time and
+    // allocations need the agent; so does a kernel that refuses the events.
+    let native =
+        (children && !cfg.wall && !cfg.alloc && std::env::var("OSPREY_TREE_SAMPLER").map_or(true, |v| v != "agent"))
+            .then(|| crate::native_tree::open(cfg.hz).ok())
+            .flatten();
     if let Some(why) = secure_exec(&program) {
         return Err(Failure::usage(format!(
             "{} is {why}: the loader ignores LD_PRELOAD for it, so it cannot be profiled",
@@ -128,7 +124,7 @@ pub fn exec(s: &Sampling, children: bool, cmd: &[String]) -> Result<u8, Failure>
     let native = native.map(|t| {
         let periods = grid.unwrap_or_else(|| osprey_pprof::periods::Grid::starting_now(cfg.period));
         let spool = spool.as_ref().map(|sp| sp.path().to_path_buf());
-        crate::native_tree::NativeTree::start(t, pid as u32, spool, periods, cfg.hz, &up)
+        crate::native_tree::NativeTree::start(t, pid as u32, spool, periods, cfg.hz, s.lines, &up)
     });
     let mut opts = osprey_python::Options { from_start: true, ..python_options(&cfg, &up, None, s) };
     let mut tree_up = up.clone();

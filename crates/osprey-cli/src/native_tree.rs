@@ -65,13 +65,15 @@ pub struct NativeTree {
 impl NativeTree {
     /// Reads `sampler`'s rings on a thread of its own, for the tree of
     /// `root`, at `hz`: parts into `spool` (if any) at the ends of `grid`'s
-    /// periods, and to the backends `up` names.
+    /// periods, and to the backends `up` names; `lines`: their native frames
+    /// get DWARF files, lines and inlined functions where they are named.
     pub fn start(
         sampler: TreeSampler,
         root: u32,
         spool: Option<PathBuf>,
         grid: osprey_pprof::periods::Grid,
         hz: u32,
+        lines: bool,
         up: &osprey_upload::UploadConfig,
     ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
@@ -81,7 +83,7 @@ impl NativeTree {
         let thread = std::thread::Builder::new()
             .name("osprey-tree".into())
             .spawn(move || {
-                let mut r = Reader::new(root, spool, uploads, grid, hz);
+                let mut r = Reader::new(root, spool, uploads, grid, hz, lines);
                 r.run(sampler, &stopped);
                 if let Some(u) = r.uploads.as_mut() {
                     r.totals.uploads = u.uploader.shutdown(exit_wait);
@@ -181,6 +183,8 @@ struct Reader {
     uploads: Option<Uploads>,
     grid: osprey_pprof::periods::Grid,
     hz: u32,
+    /// DWARF lines asked for (`--lines`).
+    lines: bool,
     images: Images,
     procs: HashMap<u32, Proc>,
     /// The processes of the tree: the root and what it started.
@@ -208,6 +212,7 @@ impl Reader {
         uploads: Option<Uploads>,
         grid: osprey_pprof::periods::Grid,
         hz: u32,
+        lines: bool,
     ) -> Reader {
         let now = osprey_pprof::periods::monotonic_ns();
         Reader {
@@ -216,6 +221,7 @@ impl Reader {
             uploads,
             grid,
             hz,
+            lines,
             images: Images::default(),
             procs: HashMap::new(),
             tree: [root].into(),
@@ -514,7 +520,7 @@ impl Reader {
             duration_ns: (now - self.period_start_realtime).max(0),
             samples,
             comments,
-            lines: false,
+            lines: self.lines,
         }
     }
 

@@ -424,3 +424,50 @@ int main(void) {
     assert!((total as f64 - used).abs() <= 0.1 * used, "profile {total} ns, used {used} ns");
     assert!(named as f64 >= 0.8 * used, "named {named} of {used} ns");
 }
+
+/// `--lines` keeps the tree kernel-sampled (nothing preloaded) and names
+/// its frames with files, lines and inlined functions, read at the merge.
+#[test]
+fn a_tree_with_lines_gets_files_lines_and_inlined_functions() {
+    let dir = tempdir("tree-lines");
+    let exe = compile_source(
+        &dir,
+        "lined",
+        r#"
+static volatile unsigned long sink;
+static inline __attribute__((always_inline)) void inlined_step(long i) { sink += i * 7; }
+__attribute__((noinline)) void lined_outer(long n) { for (long i = 0; i < n; i++) inlined_step(i); }
+int main(void) { lined_outer(300000000L); return 0; }
+"#,
+    );
+    let out = dir.join("profiles");
+    let script = format!("{}; env | grep -c osprey_preload || true", exe.display());
+    let o = exec(&dir, &out, &["--hz", "200", "--lines"], &["sh", "-c", &script]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "0", "nothing preloaded into the tree");
+    let ps = read_profiles(&out);
+    let (mut inlined, mut with_line) = (0, 0);
+    for p in &ps {
+        for l in &p.location {
+            let names: Vec<(&str, &str, i64)> = l
+                .line
+                .iter()
+                .map(|x| {
+                    let f = &p.function[x.function_id as usize - 1];
+                    (p.string(f.name), p.string(f.filename), x.line)
+                })
+                .collect();
+            if names.iter().any(|&(n, file, line)| n == "lined_outer" && file.ends_with("lined.c") && line > 0) {
+                with_line += 1;
+                inlined += names
+                    .first()
+                    .is_some_and(|&(n, file, line)| n == "inlined_step" && file.ends_with("lined.c") && line > 0)
+                    as usize;
+            }
+        }
+    }
+    assert!(
+        with_line > 0 && inlined > 0,
+        "lined_outer at a line: {with_line} locations, {inlined} inside inlined_step"
+    );
+}

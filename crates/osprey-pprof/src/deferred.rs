@@ -10,16 +10,21 @@
 //! that build id; otherwise the `module+0xOFFSET` name stays. Invariant: no
 //! mark leaves [`name_parts`].
 //!
-//! Kept in the agent: its own module (its frames are dropped by name),
-//! deleted files, files without build id, pseudo-files and anonymous
-//! memory, and DWARF lines.
+//! A part sampled from outside with DWARF lines asked for carries a
+//! [`mark`] that says so: its files' lines and inlined functions are read
+//! at the merge too. Kept in the agent: its own module (its frames are
+//! dropped by name), deleted files, files without build id, pseudo-files
+//! and anonymous memory, and, with DWARF lines asked for, everything.
 
 use crate::maps::Region;
 use crate::pprof::{Function, Line, Profile};
+use crate::symbolize::{Resolved, SymLine};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 const MARK: &str = "osprey-deferred:";
+/// [`MARK`] of a mapping whose DWARF lines are wanted too.
+const MARK_LINES: &str = "osprey-deferred-lines:";
 
 /// Whether region `r` of this process can be left to the merge: an
 /// executable mapping of a file still linked whose build id is known,
@@ -28,14 +33,19 @@ pub fn defers(r: &Region, own: u64) -> bool {
     r.executable && r.path.starts_with('/') && !r.deleted && r.build_id.is_some() && !(r.start <= own && own < r.end)
 }
 
-/// The build id a deferred mapping carries until [`name_parts`].
-pub(crate) fn mark(r: &Region) -> String {
-    format!("{MARK}{}", r.build_id.as_deref().unwrap_or_default())
+/// The build id a deferred mapping carries until [`name_parts`]; `lines`:
+/// DWARF lines are wanted.
+pub(crate) fn mark(r: &Region, lines: bool) -> String {
+    format!("{}{}", if lines { MARK_LINES } else { MARK }, r.build_id.as_deref().unwrap_or_default())
 }
 
-/// The build id in a [`mark`].
-fn unmark(build_id: &str) -> Option<&str> {
-    build_id.strip_prefix(MARK).filter(|id| !id.is_empty())
+/// The build id in a [`mark`], and whether lines are wanted.
+fn unmark(build_id: &str) -> Option<(&str, bool)> {
+    let (id, lines) = match build_id.strip_prefix(MARK_LINES) {
+        Some(id) => (id, true),
+        None => (build_id.strip_prefix(MARK)?, false),
+    };
+    (!id.is_empty()).then_some((id, lines))
 }
 
 /// A file offset in a `module+0xOFFSET` name of `module`.
@@ -44,17 +54,18 @@ fn offset_in(name: &str, module: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-/// One file as loaded: path, build id.
-type FileKey = (PathBuf, String);
+/// One file as loaded: path, build id, and whether its DWARF lines are wanted.
+type FileKey = (PathBuf, String, bool);
 
 /// What reading a file gave: its build id (hex, empty if none), the
-/// function name at each file offset asked for, and the file's own path
-/// (the loader names a library by the link it opened, `/proc/PID/maps` by
-/// the file: `liblzma.so.5` is `liblzma.so.5.4.1`).
+/// functions at each file offset asked for (innermost first; one, without
+/// file, from the symbol tables alone), and the file's own path (the loader
+/// names a library by the link it opened, `/proc/PID/maps` by the file:
+/// `liblzma.so.5` is `liblzma.so.5.4.1`).
 #[derive(Default)]
 struct Named {
     build_id: String,
-    names: HashMap<u64, String>,
+    names: HashMap<u64, Resolved>,
     path: Option<String>,
 }
 
@@ -81,7 +92,7 @@ type Deferred = (FileKey, usize, Vec<(usize, u64)>);
 fn deferred_in(p: &Profile) -> Vec<Deferred> {
     let mut out = Vec::new();
     for (mi, m) in p.mapping.iter().enumerate() {
-        let Some(id) = unmark(p.string(m.build_id)) else { continue };
+        let Some((id, lines)) = unmark(p.string(m.build_id)) else { continue };
         let path = p.string(m.filename);
         let module = path.rsplit('/').next().unwrap_or(path);
         let mut offsets = Vec::new();
@@ -94,7 +105,7 @@ fn deferred_in(p: &Profile) -> Vec<Deferred> {
                 offsets.push((li, off));
             }
         }
-        out.push(((PathBuf::from(path), id.to_string()), mi, offsets));
+        out.push(((PathBuf::from(path), id.to_string(), lines), mi, offsets));
     }
     out
 }
@@ -107,7 +118,7 @@ fn read_names(key: &FileKey, offsets: Vec<u64>) -> Named {
 
 /// [`read_names`] but the path.
 fn read_symbols(key: &FileKey, mut offsets: Vec<u64>) -> Named {
-    let (path, build_id) = key;
+    let (path, build_id, lines) = key;
     if crate::build_id::read_hex(path).as_ref() != Some(build_id) {
         return Named::default();
     }
@@ -121,11 +132,17 @@ fn read_symbols(key: &FileKey, mut offsets: Vec<u64>) -> Named {
     let lookup: Vec<u64> = known.iter().map(|k| k.1).collect();
     let root = Path::new(osprey_unwind::compile::DEBUG_ROOT);
     let names = osprey_unwind::symbols::name_addresses(path, Some(root), &lookup).unwrap_or_default();
-    let names = known
+    let symbol =
+        |name: String| Resolved { lines: vec![SymLine { name, file: String::new(), line: 0 }], debug_info: false };
+    let mut names: HashMap<u64, Resolved> = known
         .iter()
         .zip(names)
-        .filter_map(|(&(off, _), name)| Some((off, crate::symbolize::demangle(&name?))))
+        .filter_map(|(&(off, _), name)| Some((off, symbol(crate::symbolize::demangle(&name?)))))
         .collect();
+    if *lines {
+        let with_lines = crate::symbolize::file_lines(path, &offsets);
+        names.extend(offsets.iter().zip(with_lines).filter(|(_, r)| !r.lines.is_empty()).map(|(&o, r)| (o, r)));
+    }
     Named { build_id, names, path: None }
 }
 
@@ -133,31 +150,41 @@ fn read_symbols(key: &FileKey, mut offsets: Vec<u64>) -> Named {
 /// their build ids (marks removed).
 fn rename(p: &mut Profile, found: &[Deferred], named: &HashMap<&FileKey, Named>) {
     let mut strings: HashMap<String, i64> = HashMap::new();
-    let mut functions: HashMap<i64, u64> = HashMap::new();
+    let mut functions: HashMap<(i64, i64), u64> = HashMap::new();
     for (key, mi, offsets) in found {
         let (mi, n) = (*mi, named.get(key));
         let file = n.and_then(|n| n.path.clone());
         let module = file.as_deref().map(|f| f.rsplit('/').next().unwrap_or(f).to_string());
-        let mut all = !offsets.is_empty();
+        let (mut all, mut files, mut debug) = (!offsets.is_empty(), true, true);
         for &(li, off) in offsets {
-            let name = match (n.and_then(|n| n.names.get(&off)), &module) {
-                (Some(name), _) => name.clone(),
+            let fallback;
+            let found = match (n.and_then(|n| n.names.get(&off)), &module) {
+                (Some(r), _) => r,
                 (None, Some(module)) => {
                     all = false;
-                    format!("{module}+{off:#x}")
+                    let name = format!("{module}+{off:#x}");
+                    fallback =
+                        Resolved { lines: vec![SymLine { name, file: String::new(), line: 0 }], debug_info: false };
+                    &fallback
                 }
                 (None, None) => {
                     all = false;
                     continue;
                 }
             };
-            let s = intern(p, &mut strings, &name);
-            let f = *functions.entry(s).or_insert_with(|| {
-                let id = p.function.len() as u64 + 1;
-                p.function.push(Function { id, name: s, system_name: s, filename: 0, start_line: 0 });
-                id
-            });
-            p.location[li].line = vec![Line { function_id: f, line: 0, column: 0 }];
+            files &= found.lines.iter().all(|l| !l.file.is_empty());
+            debug &= found.debug_info;
+            let mut line = Vec::with_capacity(found.lines.len());
+            for l in &found.lines {
+                let (name, file) = (intern(p, &mut strings, &l.name), intern(p, &mut strings, &l.file));
+                let f = *functions.entry((name, file)).or_insert_with(|| {
+                    let id = p.function.len() as u64 + 1;
+                    p.function.push(Function { id, name, system_name: name, filename: file, start_line: 0 });
+                    id
+                });
+                line.push(Line { function_id: f, line: l.line, column: 0 });
+            }
+            p.location[li].line = line;
         }
         let id = n.map_or("", |n| n.build_id.as_str()).to_string();
         let id = intern(p, &mut strings, &id);
@@ -165,6 +192,10 @@ fn rename(p: &mut Profile, found: &[Deferred], named: &HashMap<&FileKey, Named>)
         let m = &mut p.mapping[mi];
         m.build_id = id;
         m.has_functions = all;
+        // DWARF gives files, lines and inlined functions together (as in `encode`).
+        m.has_filenames = all && files;
+        m.has_line_numbers = all && debug;
+        m.has_inline_frames = all && debug;
         if let Some(f) = filename {
             m.filename = f;
         }
@@ -250,6 +281,36 @@ mod tests {
         }
     }
 
+    /// With DWARF lines asked for, the merge gives a sampled-from-outside
+    /// part what the agent would have: files, lines, inlined functions.
+    #[test]
+    fn lines_are_read_at_merge_as_in_the_agent() {
+        let f = marker_for_merge_names as fn() -> u64 as usize as u64;
+        let mut d = data(&[(f + 1, false)]);
+        d.lines = true;
+        let direct = crate::to_pprof(&d);
+        let maps = crate::maps::ProcMaps::from_loader();
+        let unnamed = |a: &[(u64, bool)]| vec![Default::default(); a.len()];
+        let mut part = crate::encode::encode_deferring(&d, &maps, &|r| defers(r, 0), unnamed, Vec::new);
+        assert!(part.mapping.iter().all(|m| p_str(&part, m.build_id).starts_with(MARK_LINES)), "marked for lines");
+        name_parts(std::slice::from_mut(&mut part));
+        let lines = |p: &Profile| -> Vec<(String, String, i64)> {
+            let l = &p.location[p.sample[0].location_id[0] as usize - 1];
+            let f = |x: &Line| &p.function[x.function_id as usize - 1];
+            l.line.iter().map(|x| (p_str(p, f(x).name), p_str(p, f(x).filename), x.line)).collect()
+        };
+        assert_eq!(lines(&part), lines(&direct));
+        let (name, file, line) = lines(&part).pop().unwrap();
+        assert!(
+            name.ends_with("marker_for_merge_names") && file.ends_with("deferred.rs") && line > 0,
+            "{name} {file}:{line}"
+        );
+        assert!(part
+            .mapping
+            .iter()
+            .all(|m| m.has_line_numbers && m.has_filenames && !p_str(&part, m.build_id).is_empty()));
+    }
+
     /// A file replaced since it was loaded (another build id at its path)
     /// is not read: the frames keep their `module+0xOFFSET` names.
     #[test]
@@ -265,7 +326,7 @@ mod tests {
         );
         let before = names(&part);
         for i in 0..part.mapping.len() {
-            let id = unmark(&p_str(&part, part.mapping[i].build_id)).unwrap().replace(|c| c != '0', "0");
+            let id = unmark(&p_str(&part, part.mapping[i].build_id)).unwrap().0.replace(|c| c != '0', "0");
             part.string_table.push(format!("{MARK}{id}"));
             part.mapping[i].build_id = part.string_table.len() as i64 - 1;
         }
@@ -280,7 +341,9 @@ mod tests {
 
     #[test]
     fn marks_and_offsets_parse() {
-        assert_eq!(unmark("osprey-deferred:0123abcd"), Some("0123abcd"));
+        assert_eq!(unmark("osprey-deferred:0123abcd"), Some(("0123abcd", false)));
+        assert_eq!(unmark("osprey-deferred-lines:0123abcd"), Some(("0123abcd", true)));
+        assert_eq!(unmark("osprey-deferred-lines:"), None);
         assert_eq!(unmark("0123abcd"), None);
         assert_eq!(unmark("osprey-deferred:"), None);
         assert_eq!(offset_in("libz.so.1+0x3a26", "libz.so.1"), Some(0x3a26));

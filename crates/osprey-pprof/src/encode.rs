@@ -51,7 +51,7 @@ pub fn encode_deferring(
     let resolved: HashMap<(u64, bool), Resolved> = named.iter().copied().zip(symbolize(&named)).collect();
     let extra = late();
     let mut enc = Encoder { resolved, ..Encoder::new(maps) };
-    enc.add_mappings(data.pid, &natives, defer);
+    enc.add_mappings(data.pid, &natives, defer, data.lines);
     let sample_type = data.sample_types.iter().map(|(t, u)| enc.value_type(t, u)).collect();
     let sample = enc.samples(data, &extra);
     let (t, u, period) = &data.period;
@@ -160,7 +160,8 @@ impl<'a> Encoder<'a> {
     }
 
     /// One mapping per region holding a native address; the main text first.
-    fn add_mappings(&mut self, pid: i32, natives: &[(u64, bool)], defer: &dyn Fn(&Region) -> bool) {
+    /// `lines`: the deferred mappings' DWARF lines are wanted.
+    fn add_mappings(&mut self, pid: i32, natives: &[(u64, bool)], defer: &dyn Fn(&Region) -> bool, lines: bool) {
         let mut used: Vec<usize> = natives.iter().filter_map(|&(a, _)| self.maps.find(a)).collect();
         used.sort_unstable();
         used.dedup();
@@ -176,7 +177,7 @@ impl<'a> Encoder<'a> {
                 Some(&b) => b,
                 None => {
                     let id = match &r.build_id {
-                        _ if defer(r) => crate::deferred::mark(r),
+                        _ if defer(r) => crate::deferred::mark(r, lines),
                         Some(id) => id.clone(),
                         None => build_id_of(pid, r).unwrap_or_default(),
                     };

@@ -218,7 +218,8 @@ pub fn to_pprof_part(data: &ProfileData, late: impl FnOnce() -> Vec<Sample>) -> 
 /// A spool part of process `data.pid` sampled from outside (`osprey exec`'s
 /// kernel-sampled tree), with its map as the sampler recorded it (the
 /// process may be gone): every region [`deferred::defers`] takes is left to
-/// the merge; the others (the vDSO, files without build id) stay unnamed.
+/// the merge, with their DWARF lines if `data.lines`; the others (the vDSO,
+/// files without build id) stay unnamed.
 pub fn to_pprof_part_of(data: &ProfileData, map: &maps::ProcMaps) -> pprof::Profile {
     let unnamed = |addrs: &[(u64, bool)]| vec![symbolize::Resolved::default(); addrs.len()];
     encode::encode_deferring(data, map, &|r| deferred::defers(r, 0), unnamed, Vec::new)

@@ -6,7 +6,7 @@
 //! The freed heap pages stay resident in the caller's malloc arena until
 //! [`release_free_heap`], which the caller runs where it is safe (see there).
 
-use blazesym::symbolize::source::{Process, Source};
+use blazesym::symbolize::source::{Elf, Process, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
@@ -175,6 +175,20 @@ pub fn release_free_heap() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// DWARF lines (files, lines, inlined functions) at `offsets` of the ELF
+/// file `path` (file offsets of the addresses looked up), one entry per
+/// offset; empty where the file has no debug information for it (its
+/// separate debug file found as the loader's debug link or build id says).
+pub fn file_lines(path: &std::path::Path, offsets: &[u64]) -> Vec<Resolved> {
+    let symbolizer =
+        Symbolizer::builder().enable_inlined_fns(true).enable_code_info(true).enable_demangling(true).build();
+    let found = match symbolizer.symbolize(&Source::Elf(Elf::new(path)), Input::FileOffset(offsets)) {
+        Ok(syms) => syms.iter().map(resolve).collect(),
+        Err(_) => vec![Resolved::default(); offsets.len()],
+    };
+    found.into_iter().map(|r| if r.debug_info { r } else { Resolved::default() }).collect()
 }
 
 /// One blazesym pass; all unknown if it fails as a whole.
