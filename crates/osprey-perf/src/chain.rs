@@ -10,7 +10,10 @@
 //! [`ChainSpec::node_bytes`], each linked to the next by the pointer at
 //! [`ChainSpec::next`] (a CPython thread state's frame pointer and its
 //! frames, for instance), into the slot's entry of an array mapped into
-//! this process. [`Chain::latest`] reads the last complete copy.
+//! this process. [`Chain::latest`] reads the last complete copy. A thread
+//! may also name a mark, one word read in the same run (a CPython thread
+//! state's running asyncio task, for instance): the copy's frames and mark
+//! are of one instant.
 //!
 //! Invariant: an entry's `seq` is odd while the program writes it and even
 //! after; one thread's runs never overlap (one CPU at a time, and the
@@ -45,10 +48,12 @@ impl ChainSpec {
     pub const MAX_DEREFS: usize = 4;
 }
 
-/// A thread's entry in the config map: `slot: u32, pad: u32, start: u64`.
-const CONFIG: usize = 16;
-/// A copy's header: `seq: u32, tid: u32, n: u32, end: u32, time: u64, top: u64`.
-const HEAD: usize = 32;
+/// A thread's entry in the config map: `slot: u32, pad: u32, start: u64,
+/// mark: u64` (0: none).
+const CONFIG: usize = 24;
+/// A copy's header: `seq: u32, tid: u32, n: u32, end: u32, time: u64, top:
+/// u64, mark: u64`.
+const HEAD: usize = 40;
 
 /// How a copy ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +76,9 @@ pub struct Copied {
     pub time_ns: u64,
     /// The first node's address (0: the chain was empty).
     pub top: u64,
+    /// The word at the thread's mark address in the same run (0 if it has
+    /// none or it could not be read).
+    pub mark: u64,
     /// Each node copied, first to last: its address and bytes.
     pub nodes: Vec<(u64, Vec<u8>)>,
     /// Why the copy ended there.
@@ -117,14 +125,17 @@ impl Chain {
     }
 
     /// From now on, each run on thread `tid` copies the chain whose first
-    /// pointer is at `start` into `slot` (below the `slots` loaded).
-    pub fn watch(&self, tid: u32, slot: u32, start: u64) -> io::Result<()> {
+    /// pointer is at `start` into `slot` (below the `slots` loaded), and
+    /// the word at `mark` (0: none) with it. Called again for a watched
+    /// thread, it changes what is copied from its next run on.
+    pub fn watch(&self, tid: u32, slot: u32, start: u64, mark: u64) -> io::Result<()> {
         if slot >= self.slots {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "chain slot out of range"));
         }
         let mut b = [0u8; CONFIG];
         b[0..4].copy_from_slice(&slot.to_ne_bytes());
         b[8..16].copy_from_slice(&start.to_ne_bytes());
+        b[16..24].copy_from_slice(&mark.to_ne_bytes());
         self.config.set(tid, &b)
     }
 
@@ -158,7 +169,7 @@ impl Chain {
                 2 => ChainEnd::Full,
                 _ => ChainEnd::Fault,
             };
-            let (time_ns, top) = (self.out.word(slot, 16), self.out.word(slot, 24));
+            let (time_ns, top, mark) = (self.out.word(slot, 16), self.out.word(slot, 24), self.out.word(slot, 32));
             let mut raw = vec![0u8; n * stride];
             self.out.copy(slot, HEAD, &mut raw);
             std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
@@ -169,7 +180,7 @@ impl Chain {
                 .chunks_exact(stride)
                 .map(|c| (u64::from_ne_bytes(c[..8].try_into().unwrap_or_default()), c[8..].to_vec()))
                 .collect();
-            return Some(Copied { seq, time_ns, top, nodes, end });
+            return Some(Copied { seq, time_ns, top, mark, nodes, end });
         }
         None
     }
@@ -220,6 +231,17 @@ fn program(spec: &ChainSpec, config_fd: i32, out_fd: i32) -> Asm {
     a.store(Size::Dw, R8, 24, R6);
     a.call(helper::KTIME_GET_NS);
     a.store(Size::Dw, R8, 16, R0);
+    // The mark: zero where there is none or it cannot be read (the helper
+    // zeroes its destination on a fault).
+    let no_mark = a.label();
+    a.store_imm(Size::Dw, R8, 32, 0);
+    a.load(Size::Dw, R3, R7, 16);
+    a.jump_if(Cond::Eq, R3, 0, no_mark);
+    a.mov(R1, R8);
+    a.add_imm(R1, 32);
+    a.mov_imm(R2, 8);
+    a.call(helper::PROBE_READ_USER);
+    a.place(no_mark);
     a.load(Size::Dw, R9, R7, 8);
     // The first pointer, then the derefs.
     let read_ptr = |a: &mut Asm, off: i32| {

@@ -1,7 +1,8 @@
 //! The chain copied at the interrupt: a thread that pushes and pops a
 //! linked stack as fast as it can (each push one pointer store after its
 //! node is written, as an interpreter's frames are) is copied whole and
-//! consistent at every sample, where copies from outside see it torn.
+//! consistent at every sample, where copies from outside see it torn; its
+//! depth word, written right after each push or pop, is read in the same run.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -21,10 +22,12 @@ struct Node {
 const SLOTS: usize = 40;
 
 /// The stack's nodes live in `slots` (node of depth d in slot d), its top
-/// at `head`: a push writes the node, then `head`; a pop writes `head`.
+/// at `head`: a push writes the node, then `head`, then `depth`; a pop
+/// writes `head`, then `depth`.
 #[repr(C)]
 struct Stack {
     head: u64,
+    depth: u64,
     slots: [Node; SLOTS],
 }
 
@@ -69,10 +72,12 @@ fn a_chain_copied_at_the_interrupt_is_never_torn() {
                         std::sync::atomic::compiler_fence(Ordering::SeqCst);
                         (&raw mut (*s).head).write_volatile(n as u64);
                         depth += 1;
+                        (&raw mut (*s).depth).write_volatile(depth);
                     } else {
                         let top = (*s).head as *const Node;
                         (&raw mut (*s).head).write_volatile((&raw const (*top).next).read_volatile());
                         depth -= 1;
+                        (&raw mut (*s).depth).write_volatile(depth);
                     }
                 }
             }
@@ -84,13 +89,14 @@ fn a_chain_copied_at_the_interrupt_is_never_torn() {
     let tid = tid.load(Ordering::SeqCst);
     let spec = ChainSpec { derefs: vec![], node_bytes: 24, next: 16, max_nodes: 64 };
     let chain = Chain::load(&spec, 4).expect("the chain program loads (run as root)");
-    chain.watch(tid, 2, addr as u64).expect("watch");
+    let depth_at = &raw const stack.depth as u64;
+    chain.watch(tid, 2, addr as u64, depth_at).expect("watch");
     let config = Config { ring_pages: Some(1), ..Config::new(5000, 8) };
     let events = ThreadSampler::open_paused(tid, &config).expect("perf event");
     events.attach(&chain).expect("attach");
     events.resume().expect("resume");
     let rd = |b: &[u8], at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().unwrap());
-    let (mut copies, mut torn, mut deep, mut last) = (0, 0, 0, 0);
+    let (mut copies, mut torn, mut deep, mut last, mut marked) = (0, 0, 0, 0, 0);
     let started = std::time::Instant::now();
     while copies < 1000 && started.elapsed() < Duration::from_secs(20) {
         let Some(c) = chain.latest(2, tid) else { continue };
@@ -103,6 +109,9 @@ fn a_chain_copied_at_the_interrupt_is_never_torn() {
         assert_eq!(c.top, nodes.first().map_or(0, |n| n.0));
         copies += 1;
         torn += !consistent(stack, &nodes) as u32;
+        // One store behind the head at most: the interrupt may fall between the two.
+        assert!(c.mark.abs_diff(nodes.len() as u64) <= 1, "depth word {} with {} nodes", c.mark, nodes.len());
+        marked += (c.mark == nodes.len() as u64 && c.mark > 3) as u32;
         deep += (nodes.len() > 3) as u32;
     }
     assert!(chain.latest(1, tid).is_none() && chain.latest(2, tid + 1).is_none(), "other slots and threads are empty");
@@ -120,8 +129,9 @@ fn a_chain_copied_at_the_interrupt_is_never_torn() {
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
     eprintln!(
-        "{copies} copies at the interrupt, {torn} torn, {deep} deeper than 3; {outside_torn} of 2000 torn from outside"
+        "{copies} copies at the interrupt, {torn} torn, {deep} deeper than 3 ({marked} with their depth word); {outside_torn} of 2000 torn from outside"
     );
+    assert!(marked > copies / 5, "the depth word was read with the copies: {marked} of {copies}");
     assert!(copies >= 1000, "{copies} copies in 20 s");
     assert_eq!(torn, 0);
     assert!(deep > copies / 4, "the stack was copied at many depths: {deep} of {copies}");

@@ -17,7 +17,7 @@ Interpreters: `3.8`..`3.13` (pyenv), `debian-3.11` (/usr/bin/python3.11),
 `forky-3.13`..`forky-3.15` (the chroot of tests/chroot/build-forky.sh), or a
 path. Workloads: `short` (calls of a microsecond or so, most entered from
 C), `recurse` (a loop calling a 20-deep recursion), `gen` (a loop over a
-generator)."""
+generator), `task_short` (the short calls in two asyncio tasks)."""
 import argparse
 import contextlib
 import glob
@@ -37,6 +37,7 @@ FUNCS = {
     "short": ["__init__", "__hash__", "produce", "direct", "short_loop"],
     "recurse": ["recurse", "main"],
     "gen": ["produce", "consume"],
+    "task_short": ["__init__", "__hash__", "produce", "direct", "short_task"],
 }
 MODES = ["default", "blocking", "py-spy"]
 

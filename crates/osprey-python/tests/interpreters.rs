@@ -308,12 +308,17 @@ fn gil_wait(name: &str) {
 }
 
 /// 3.14+: samples of a thread running an asyncio task carry the task's
-/// name (`task` label), its given name or asyncio's default `Task-N`.
+/// name (`task` label), its given name or asyncio's default `Task-N`; as
+/// root, the stack and the task are copied together at the interrupt.
 fn asyncio_tasks(name: &str) {
     let Some(py) = common::python(name) else { return };
     let _slot = common::slots(1);
     let w = py.start(&["tasks"]);
-    let (profiles, _) = collect(w.pid(), 200, 2.0, None);
+    let (profiles, summary) = collect(w.pid(), 200, 2.0, None);
+    if let Some(i) = summary.interrupt {
+        eprintln!("{name}: {i:?}");
+        assert!(i.copied > 4 * i.missed, "{name}: the loop's thread is read from its copies: {i:?}");
+    }
     let mut by: HashMap<String, i64> = HashMap::new();
     for s in profiles.iter().flat_map(|p| p.samples.iter()) {
         let task = match label(s, "task") {

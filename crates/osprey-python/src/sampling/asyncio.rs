@@ -92,12 +92,10 @@ impl Tasks {
         None
     }
 
-    /// Whether `tstate` runs an event loop (so its samples get tasks). The
-    /// module's offsets alone say nothing: `_asyncio` is built into some
-    /// interpreters (Debian's 3.15), loaded or not by the program.
-    pub fn in_loop(&mut self, t: &Target, tstate: u64) -> bool {
-        let Some(o) = self.offsets(t) else { return false };
-        t.mem.u64(tstate + o.tstate_running_loop).map_or(true, |l| l != 0)
+    /// Where `tstate` holds the task it is running (0: no `_asyncio` found
+    /// yet), for a copy of the word at the sampling interrupt.
+    pub fn running_at(&mut self, t: &Target, tstate: u64) -> u64 {
+        self.offsets(t).map_or(0, |o| tstate + o.tstate_running_task)
     }
 
     /// The task `tstate` is running (0: none, or unknown yet).

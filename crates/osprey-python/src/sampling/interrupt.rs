@@ -19,10 +19,11 @@
 //! loaded, a thread's event opened, or its latest copy is older than
 //! [`MAX_AGE`] intervals (it waited for a CPU: its Python stack did not
 //! move meanwhile), the stack is read from outside. So it is in a process
-//! whose spans are read and in a thread running an asyncio loop (the
-//! sampler decides): those are
-//! read at the pass, and a copy from before could pair a stack with a span
-//! it did not run in.
+//! whose spans are read (the sampler decides): spans are read at the pass,
+//! and a copy from before could pair a stack with a span it did not run
+//! in. A thread's running asyncio task is a single word of its thread
+//! state: it is copied in the same run as the frames (the chain's mark),
+//! so a copy's stack and task are of one instant.
 
 use std::collections::HashMap;
 
@@ -53,9 +54,9 @@ pub struct InterruptStats {
     pub faults: u64,
 }
 
-/// A copy: the innermost frame's address and the frames (address, bytes)
-/// from it outwards.
-pub type Frames = (u64, Vec<(u64, Vec<u8>)>);
+/// A copy: the innermost frame's address, the frames (address, bytes)
+/// from it outwards, and the mark word read with them (see [`Interrupt::copy`]).
+pub type Frames = (u64, Vec<(u64, Vec<u8>)>, u64);
 
 /// One watched thread.
 struct Watched {
@@ -63,6 +64,8 @@ struct Watched {
     events: Option<ThreadSampler>,
     slot: u32,
     tstate: u64,
+    /// The address whose word is copied with the frames (0: none).
+    mark: u64,
     /// Copies from before this (a new thread state) are not used.
     since_ns: u64,
 }
@@ -119,8 +122,9 @@ impl Interrupt {
         }
     }
 
-    /// Starts watching thread `tid` (its state at `tstate`).
-    fn watch(&mut self, tid: i32, tstate: u64) -> Option<&mut Watched> {
+    /// Starts watching thread `tid` (its state at `tstate`), the word at
+    /// `mark` copied with its frames.
+    fn watch(&mut self, tid: i32, tstate: u64, mark: u64) -> Option<&mut Watched> {
         let slot = self.free.pop()?;
         let start = tstate + self.tstate_frame;
         let hz = (1_000_000_000 / self.interval_ns).clamp(1, 10_000) as u32 * COPIES_PER_INTERVAL;
@@ -131,27 +135,34 @@ impl Interrupt {
         let open = |c: &Config| ThreadSampler::open_paused(tid as u32, c);
         let opened = self
             .chain
-            .watch(tid as u32, slot, start)
+            .watch(tid as u32, slot, start, mark)
             .map_err(|e| format!("bpf map: {e}"))
             .and_then(|()| {
                 open(&config).or_else(|_| open(&Config { include_kernel: false, ..config })).map_err(|e| e.to_string())
             })
             .and_then(|s| s.attach(&self.chain).and_then(|()| s.resume()).map(|()| s).map_err(|e| e.to_string()));
         let events = opened.map_err(|e| self.error = Some(e)).ok();
-        let w = Watched { events, slot, tstate, since_ns: osprey_perf::now_ns() };
+        let w = Watched { events, slot, tstate, mark, since_ns: osprey_perf::now_ns() };
         Some(self.threads.entry(tid).insert_entry(w).into_mut())
     }
 
     /// Running thread `tid`'s frames (its state at `tstate`) as copied at
-    /// its latest interrupt; None if there is no recent copy.
-    pub fn copy(&mut self, tid: i32, tstate: u64) -> Option<Frames> {
+    /// its latest interrupt, with the word at `mark` (0: none) read in the
+    /// same run; None if there is no recent copy. A new `mark` is copied
+    /// from the next interrupt on: until then there is no copy.
+    pub fn copy(&mut self, tid: i32, tstate: u64, mark: u64) -> Option<Frames> {
         if self.threads.get(&tid).is_some_and(|w| w.tstate != tstate) {
             self.forget(tid);
         }
-        let w = match self.threads.contains_key(&tid) {
-            true => self.threads.get_mut(&tid)?,
-            false => self.watch(tid, tstate)?,
-        };
+        if !self.threads.contains_key(&tid) {
+            self.watch(tid, tstate, mark)?;
+        }
+        let w = self.threads.get_mut(&tid)?;
+        if w.mark != mark {
+            let start = tstate + self.tstate_frame;
+            self.chain.watch(tid as u32, w.slot, start, mark).ok()?;
+            (w.mark, w.since_ns) = (mark, osprey_perf::now_ns());
+        }
         w.events.as_ref()?;
         let (slot, since) = (w.slot, w.since_ns);
         let fresh = osprey_perf::now_ns().saturating_sub(MAX_AGE * self.interval_ns).max(since);
@@ -165,7 +176,7 @@ impl Interrupt {
             return None;
         }
         self.stats.copied += 1;
-        Some((c.top, c.nodes))
+        Some((c.top, c.nodes, c.mark))
     }
 }
 

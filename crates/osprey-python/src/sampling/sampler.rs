@@ -315,7 +315,8 @@ impl Sampler {
     /// running thread `tid`'s frames are taken from its latest copy made at
     /// its sampling interrupt, see [`crate::sampling::interrupt`]).
     ///
-    /// The running task is read next to the stack on both sides: a task
+    /// From a copy, the running task is the one copied with its frames.
+    /// Read from outside, it is read next to the stack on both sides: a task
     /// that switched during the read is the one that ran when the innermost
     /// frames were read (first), or, if none ran then, the one that started
     /// during the read. The span is the one before and after the stack; if
@@ -325,14 +326,19 @@ impl Sampler {
         let mut reads = 0;
         loop {
             reads += 1;
-            let task_before = self.tasks.running(&self.target, tstate);
             let span_mark = self.spans.mark(&self.target, tstate, still);
-            let copied = at_interrupt.zip(self.interrupt.as_mut()).and_then(|(tid, i)| i.copy(tid, tstate));
-            let read = match copied {
-                Some((top, frames)) => read_copied(&self.target, &mut self.walks, top, frames),
-                None => read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, still),
+            // A copy's running task is the one its frames ran in: the word
+            // was copied with them.
+            let task_at = self.tasks.running_at(&self.target, tstate);
+            let copied = at_interrupt.zip(self.interrupt.as_mut()).and_then(|(tid, i)| i.copy(tid, tstate, task_at));
+            let (read, task) = match copied {
+                Some((top, frames, task)) => (read_copied(&self.target, &mut self.walks, top, frames), task),
+                None => {
+                    let before = self.tasks.running(&self.target, tstate);
+                    let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, still);
+                    (read, if before != 0 { before } else { self.tasks.running(&self.target, tstate) })
+                }
             };
-            let task = if task_before != 0 { task_before } else { self.tasks.running(&self.target, tstate) };
             match self.spans.read(&self.target, tstate, span_mark) {
                 Err(Changed) if reads < SPAN_READS => continue,
                 span => break (read, task, span.unwrap_or(None)),
@@ -461,11 +467,10 @@ impl Sampler {
                         (Some(n), Some(s)) => n.unwind(s),
                         _ => None,
                     };
-                    // A copy is from up to two intervals ago: where spans or
-                    // tasks are read now, the stack is read next to them.
-                    let labelled = self.spans.found() || self.tasks.in_loop(&self.target, tstate);
+                    // A copy is from up to two intervals ago: where spans are
+                    // read now, the stack is read next to them.
                     let at_interrupt =
-                        (running && stopped.is_none() && self.native.is_none() && !labelled).then_some(tid);
+                        (running && stopped.is_none() && self.native.is_none() && !self.spans.found()).then_some(tid);
                     let (read, task, span) = self.read_thread(tstate, stopped.is_some(), at_interrupt);
                     (read, task, span, native)
                 }

@@ -10,7 +10,8 @@ gen: a loop over a generator, `consume` taking each item `produce` yields
 short: calls of a microsecond or so, most of them entered from C: `Made.__init__`
 through `map`, `Key.__hash__` from a dict lookup, the generator `produce`
 resumed by `sum`, and `direct` called from Python; `short_loop` itself a few
-percent.
+percent. task_short: the same calls in two asyncio tasks (`short_task`) that
+take turns at each round.
 Prints "ready" once running; runs until killed."""
 import sys
 
@@ -97,6 +98,27 @@ def short_loop():
         direct(60)
 
 
+async def short_task():
+    import asyncio
+
+    keys = [Key() for _ in range(2)]
+    table = {k: i for i, k in enumerate(keys)}
+    sizes = [20] * 4
+    while True:
+        list(map(Made, sizes))
+        for k in keys:
+            table[k]
+        sum(produce(30))
+        direct(60)
+        await asyncio.sleep(0)
+
+
+async def two_tasks():
+    import asyncio
+
+    await asyncio.gather(asyncio.create_task(short_task()), asyncio.create_task(short_task()))
+
+
 def main():
     if sys.argv[1] == "deep":
         sys.setrecursionlimit(int(sys.argv[2]) + 100)
@@ -111,6 +133,10 @@ def main():
             consume(2000)
     if sys.argv[1] == "short":
         short_loop()
+    if sys.argv[1] == "task_short":
+        import asyncio
+
+        asyncio.run(two_tasks())
     if sys.argv[1] == "from_c":
         while True:
             Made(300)
