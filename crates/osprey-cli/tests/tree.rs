@@ -9,7 +9,7 @@
 
 use osprey_pprof::pprof::Profile;
 use osprey_testkit::cc::{compile_source, Cc};
-use osprey_testkit::profile::{function_names, label, profile_files, read_profiles};
+use osprey_testkit::profile::{function_names, label, location_lines, profile_files, read_profiles};
 use osprey_testkit::{osprey, tempdir};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -449,14 +449,7 @@ int main(void) { lined_outer(300000000L); return 0; }
     let (mut inlined, mut with_line) = (0, 0);
     for p in &ps {
         for l in &p.location {
-            let names: Vec<(&str, &str, i64)> = l
-                .line
-                .iter()
-                .map(|x| {
-                    let f = &p.function[x.function_id as usize - 1];
-                    (p.string(f.name), p.string(f.filename), x.line)
-                })
-                .collect();
+            let names = location_lines(p, l);
             if names.iter().any(|&(n, file, line)| n == "lined_outer" && file.ends_with("lined.c") && line > 0) {
                 with_line += 1;
                 inlined += names

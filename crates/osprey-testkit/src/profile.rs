@@ -2,7 +2,7 @@
 //! pprof bytes as a backend receives them, labels, and hand-built profile
 //! data with known numbers.
 
-use osprey_pprof::pprof::{Profile, Sample};
+use osprey_pprof::pprof::{Location, Profile, Sample};
 use osprey_pprof::{Frame, ProfileData};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -121,6 +121,18 @@ pub fn function_lines<'a>(p: &'a Profile, s: &Sample) -> Vec<(&'a str, i64)> {
         }
     }
     out
+}
+
+/// The (function name, file, line) of each line of location `loc`,
+/// innermost (inlined) first, as pprof lists them.
+pub fn location_lines<'a>(p: &'a Profile, loc: &Location) -> Vec<(&'a str, &'a str, i64)> {
+    loc.line
+        .iter()
+        .map(|l| {
+            let f = &p.function[(l.function_id - 1) as usize];
+            (p.string(f.name), p.string(f.filename), l.line)
+        })
+        .collect()
 }
 
 /// Total CPU (ns) of `p` and whether every sample is of request `span`:

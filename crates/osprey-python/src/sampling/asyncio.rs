@@ -29,8 +29,6 @@ pub struct Offsets {
     pub task_size: u64,
     /// Offset of a task's name in the task object.
     pub task_name: u64,
-    /// Offset of the running event loop in a thread state.
-    pub tstate_running_loop: u64,
     /// Offset of the running task in a thread state.
     pub tstate_running_task: u64,
 }
@@ -42,12 +40,14 @@ impl Offsets {
             return None;
         }
         let w = |i: usize| rd_u64(b, 8 * i);
-        let o = Offsets { task_size: w(0), task_name: w(1), tstate_running_loop: w(10), tstate_running_task: w(11) };
+        let o = Offsets { task_size: w(0), task_name: w(1), tstate_running_task: w(11) };
+        // The running loop's offset (word 10) is not used, only checked with
+        // the task's: both fit the thread state of the layout read.
         let tstate_size = w(9);
         let ok = (32..=4096).contains(&o.task_size)
             && o.task_name % 8 == 0
             && o.task_name + 8 <= o.task_size
-            && [o.tstate_running_loop, o.tstate_running_task].iter().all(|&f| f % 8 == 0 && f + 8 <= tstate_size)
+            && [w(10), o.tstate_running_task].iter().all(|&f| f % 8 == 0 && f + 8 <= tstate_size)
             && tstate_size <= 1 << 20;
         ok.then_some(o)
     }
@@ -100,8 +100,10 @@ impl Tasks {
 
     /// The task `tstate` is running (0: none, or unknown yet).
     pub fn running(&mut self, t: &Target, tstate: u64) -> u64 {
-        let Some(o) = self.offsets(t) else { return 0 };
-        t.mem.u64(tstate + o.tstate_running_task).unwrap_or(0)
+        match self.running_at(t, tstate) {
+            0 => 0,
+            at => t.mem.u64(at).unwrap_or(0),
+        }
     }
 
     /// The name of `task` (from [`Tasks::running`]).
@@ -143,13 +145,13 @@ mod tests {
         w[10] = 976; // running loop
         w[11] = 984; // running task
         let b: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        assert_eq!(
-            Offsets::parse(&b),
-            Some(Offsets { task_size: 240, task_name: 112, tstate_running_loop: 976, tstate_running_task: 984 })
-        );
-        w[11] = 1024;
-        let b: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        assert_eq!(Offsets::parse(&b), None);
+        assert_eq!(Offsets::parse(&b), Some(Offsets { task_size: 240, task_name: 112, tstate_running_task: 984 }));
+        for (i, v) in [(10, 1024), (11, 1024)] {
+            let mut bad = w;
+            bad[i] = v;
+            let b: Vec<u8> = bad.iter().flat_map(|v| v.to_le_bytes()).collect();
+            assert_eq!(Offsets::parse(&b), None, "word {i} past the thread state");
+        }
         assert_eq!(Offsets::parse(&[0; 16]), None);
     }
 }
