@@ -1,11 +1,18 @@
 //! The `bpf(2)` calls this crate makes and an assembler for the one program
 //! it loads ([`crate::chain`]): no compiler, no object file, no loader.
 //!
+//! The assembler is public: a caller may add code of its own to the program
+//! ([`crate::chain::Extra`]), reading what it is given through
+//! [`ValueMap`]s.
+//!
 //! Instructions are encoded as `struct bpf_insn` (uapi `linux/bpf.h`):
 //! opcode, destination and source registers (4 bits each), a 16-bit offset
 //! and a 32-bit immediate. Maps are referred to by descriptor in a
 //! two-slot `ld_imm64` with `BPF_PSEUDO_MAP_FD`, as libbpf's loader would
 //! rewrite them.
+
+// Registers, opcodes and helpers carry uapi `linux/bpf.h`'s names.
+#![allow(missing_docs)]
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -22,12 +29,12 @@ const F_MMAPABLE: u32 = 1 << 10;
 const PROG_TYPE_PERF_EVENT: u32 = 7;
 
 /// Helper numbers (`enum bpf_func_id`).
-pub(crate) mod helper {
-    pub(crate) const MAP_LOOKUP_ELEM: i32 = 1;
-    pub(crate) const KTIME_GET_NS: i32 = 5;
-    pub(crate) const GET_CURRENT_PID_TGID: i32 = 14;
+pub mod helper {
+    pub const MAP_LOOKUP_ELEM: i32 = 1;
+    pub const KTIME_GET_NS: i32 = 5;
+    pub const GET_CURRENT_PID_TGID: i32 = 14;
     /// Linux 5.5; fails (never faults) on memory not mapped or not resident.
-    pub(crate) const PROBE_READ_USER: i32 = 112;
+    pub const PROBE_READ_USER: i32 = 112;
 }
 
 /// `union bpf_attr` as bytes: the kernel takes a prefix of its size and
@@ -110,6 +117,45 @@ impl HashMap {
     pub(crate) fn remove(&self, key: u32) {
         let attr = Attr::new().u32(0, self.fd.as_raw_fd() as u32).u64(8, &key as *const u32 as u64);
         let _ = attr.call_status(MAP_DELETE_ELEM);
+    }
+}
+
+/// One value of `size` bytes (a multiple of 8) that we write and a program
+/// reads (key 0 of a one-entry array: [`Asm::lookup0`]). A write replaces
+/// the value as a whole for runs that start after it; a run under way may
+/// see part of it, so a writer changes a value it has published only where
+/// every mix of old and new words is sound.
+pub struct ValueMap {
+    fd: OwnedFd,
+    size: usize,
+}
+
+impl ValueMap {
+    /// A map whose value is all zeros.
+    pub fn create(name: &str, size: usize) -> io::Result<ValueMap> {
+        let value = u32::try_from(size)
+            .ok()
+            .filter(|v| v % 8 == 0 && *v > 0)
+            .ok_or_else(|| io::Error::other("bpf value size"))?;
+        let fd =
+            Attr::new().u32(0, MAP_TYPE_ARRAY).u32(4, 4).u32(8, value).u32(12, 1).name(28, name).call(MAP_CREATE)?;
+        Ok(ValueMap { fd, size })
+    }
+    /// The map's descriptor, for [`Asm::map`].
+    pub fn fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+    /// Replaces the value (`value` has the map's size).
+    pub fn set(&self, value: &[u8]) -> io::Result<()> {
+        if value.len() != self.size {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bpf value of the wrong size"));
+        }
+        let key = 0u32;
+        let attr = Attr::new()
+            .u32(0, self.fd.as_raw_fd() as u32)
+            .u64(8, &key as *const u32 as u64)
+            .u64(16, value.as_ptr() as u64);
+        attr.call_status(MAP_UPDATE_ELEM)
     }
 }
 
@@ -216,7 +262,7 @@ pub(crate) fn load(name: &str, insns: &[Insn]) -> io::Result<OwnedFd> {
 /// One `struct bpf_insn`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Insn {
+pub struct Insn {
     code: u8,
     regs: u8,
     off: i16,
@@ -225,32 +271,48 @@ pub(crate) struct Insn {
 
 /// Registers: r0 result, r1-r5 arguments (clobbered by calls), r6-r9
 /// kept across calls, r10 the read-only frame pointer.
-pub(crate) type Reg = u8;
-pub(crate) const R0: Reg = 0;
-pub(crate) const R1: Reg = 1;
-pub(crate) const R2: Reg = 2;
-pub(crate) const R3: Reg = 3;
-pub(crate) const R6: Reg = 6;
-pub(crate) const R7: Reg = 7;
-pub(crate) const R8: Reg = 8;
-pub(crate) const R9: Reg = 9;
-pub(crate) const R10: Reg = 10;
+pub type Reg = u8;
+pub const R0: Reg = 0;
+pub const R1: Reg = 1;
+pub const R2: Reg = 2;
+pub const R3: Reg = 3;
+pub const R4: Reg = 4;
+pub const R5: Reg = 5;
+pub const R6: Reg = 6;
+pub const R7: Reg = 7;
+pub const R8: Reg = 8;
+pub const R9: Reg = 9;
+pub const R10: Reg = 10;
 
 /// A jump's target, resolved by [`Asm::finish`].
 #[derive(Clone, Copy)]
-pub(crate) struct Label(usize);
+pub struct Label(usize);
 
-/// Conditions of the jumps used (unsigned compares).
+/// Conditions of jumps (unsigned compares; `Set`: `dst & src != 0`).
 #[derive(Clone, Copy)]
-pub(crate) enum Cond {
+pub enum Cond {
     Eq = 0x10,
-    Ne = 0x50,
+    Gt = 0x20,
     Ge = 0x30,
+    Set = 0x40,
+    Ne = 0x50,
+}
+
+/// 64-bit arithmetic (`BPF_ALU64` operations).
+#[derive(Clone, Copy)]
+pub enum Alu {
+    Add = 0x00,
+    Sub = 0x10,
+    Mul = 0x20,
+    Or = 0x40,
+    And = 0x50,
+    Lsh = 0x60,
+    Rsh = 0x70,
 }
 
 /// Builds a program; jumps name labels placed anywhere.
 #[derive(Default)]
-pub(crate) struct Asm {
+pub struct Asm {
     insns: Vec<Insn>,
     /// Per label, the instruction it stands before.
     labels: Vec<Option<usize>>,
@@ -258,9 +320,10 @@ pub(crate) struct Asm {
     jumps: Vec<(usize, Label)>,
 }
 
-/// Access sizes (`BPF_W`, `BPF_DW`).
+/// Access sizes (`BPF_B`, `BPF_W`, `BPF_DW`); loads zero-extend.
 #[derive(Clone, Copy)]
-pub(crate) enum Size {
+pub enum Size {
+    B = 0x10,
     W = 0x00,
     Dw = 0x18,
 }
@@ -269,62 +332,104 @@ impl Asm {
     fn push(&mut self, code: u8, dst: Reg, src: Reg, off: i16, imm: i32) {
         self.insns.push(Insn { code, regs: (src << 4) | dst, off, imm });
     }
-    pub(crate) fn label(&mut self) -> Label {
+    pub fn label(&mut self) -> Label {
         self.labels.push(None);
         Label(self.labels.len() - 1)
     }
-    pub(crate) fn place(&mut self, l: Label) {
+    pub fn place(&mut self, l: Label) {
         self.labels[l.0] = Some(self.insns.len());
     }
     /// `dst = imm` (64-bit, sign-extended).
-    pub(crate) fn mov_imm(&mut self, dst: Reg, imm: i32) {
+    pub fn mov_imm(&mut self, dst: Reg, imm: i32) {
         self.push(0xb7, dst, 0, 0, imm);
     }
-    pub(crate) fn mov(&mut self, dst: Reg, src: Reg) {
+    pub fn mov(&mut self, dst: Reg, src: Reg) {
         self.push(0xbf, dst, src, 0, 0);
     }
     /// `dst = (u32)src`.
-    pub(crate) fn mov32(&mut self, dst: Reg, src: Reg) {
+    pub fn mov32(&mut self, dst: Reg, src: Reg) {
         self.push(0xbc, dst, src, 0, 0);
     }
-    pub(crate) fn add_imm(&mut self, dst: Reg, imm: i32) {
+    pub fn add_imm(&mut self, dst: Reg, imm: i32) {
         self.push(0x07, dst, 0, 0, imm);
     }
+    /// `dst = dst <op> imm` (shifts: 0..64).
+    pub fn alu_imm(&mut self, op: Alu, dst: Reg, imm: i32) {
+        self.push(op as u8 | 0x07, dst, 0, 0, imm);
+    }
+    /// `dst = dst <op> src`.
+    pub fn alu(&mut self, op: Alu, dst: Reg, src: Reg) {
+        self.push(op as u8 | 0x0f, dst, src, 0, 0);
+    }
     /// `dst = *(size *)(src + off)`.
-    pub(crate) fn load(&mut self, size: Size, dst: Reg, src: Reg, off: i16) {
+    pub fn load(&mut self, size: Size, dst: Reg, src: Reg, off: i16) {
         self.push(0x61 | size as u8, dst, src, off, 0);
     }
     /// `*(size *)(dst + off) = src`.
-    pub(crate) fn store(&mut self, size: Size, dst: Reg, off: i16, src: Reg) {
+    pub fn store(&mut self, size: Size, dst: Reg, off: i16, src: Reg) {
         self.push(0x63 | size as u8, dst, src, off, 0);
     }
     /// `*(size *)(dst + off) = imm`.
-    pub(crate) fn store_imm(&mut self, size: Size, dst: Reg, off: i16, imm: i32) {
+    pub fn store_imm(&mut self, size: Size, dst: Reg, off: i16, imm: i32) {
         self.push(0x62 | size as u8, dst, 0, off, imm);
     }
     /// `dst = map` (the map's descriptor, resolved by the kernel).
-    pub(crate) fn map(&mut self, dst: Reg, fd: i32) {
+    pub fn map(&mut self, dst: Reg, fd: i32) {
         self.push(0x18, dst, 1, 0, fd);
         self.push(0, 0, 0, 0, 0);
     }
-    pub(crate) fn call(&mut self, helper: i32) {
+    pub fn call(&mut self, helper: i32) {
         self.push(0x85, 0, 0, 0, helper);
     }
-    pub(crate) fn exit(&mut self) {
+    pub fn exit(&mut self) {
         self.push(0x95, 0, 0, 0, 0);
     }
-    pub(crate) fn jump(&mut self, to: Label) {
+    pub fn jump(&mut self, to: Label) {
         self.jumps.push((self.insns.len(), to));
         self.push(0x05, 0, 0, 0, 0);
     }
     /// `if dst <cond> imm goto to`.
-    pub(crate) fn jump_if(&mut self, cond: Cond, dst: Reg, imm: i32, to: Label) {
+    pub fn jump_if(&mut self, cond: Cond, dst: Reg, imm: i32, to: Label) {
         self.jumps.push((self.insns.len(), to));
         self.push(0x05 | cond as u8, dst, 0, 0, imm);
     }
+    /// `if dst <cond> src goto to`.
+    pub fn jump_if_reg(&mut self, cond: Cond, dst: Reg, src: Reg, to: Label) {
+        self.jumps.push((self.insns.len(), to));
+        self.push(0x0d | cond as u8, dst, src, 0, 0);
+    }
+    /// `R0` = the value of one-entry map `fd` (a [`ValueMap`]), never null
+    /// after the jump to `missing`. Uses 4 bytes of stack at `key_off`.
+    pub fn lookup0(&mut self, fd: i32, key_off: i16, missing: Label) {
+        self.store_imm(Size::W, R10, key_off, 0);
+        self.map(R1, fd);
+        self.mov(R2, R10);
+        self.add_imm(R2, key_off as i32);
+        self.call(helper::MAP_LOOKUP_ELEM);
+        self.jump_if(Cond::Eq, R0, 0, missing);
+    }
+    /// `probe_read_user(dst + dst_off, len, src + src_off)`, jumping to
+    /// `fault` where it fails. Clobbers R0-R5; `dst` is not R3.
+    pub fn read_user(&mut self, dst: Reg, dst_off: i32, len: i32, src: Reg, src_off: i32, fault: Label) {
+        debug_assert!(dst != R3);
+        self.mov(R3, src);
+        self.add_imm(R3, src_off);
+        self.mov(R1, dst);
+        self.add_imm(R1, dst_off);
+        self.mov_imm(R2, len);
+        self.call(helper::PROBE_READ_USER);
+        self.jump_if(Cond::Ne, R0, 0, fault);
+    }
+    /// Instructions so far.
+    pub fn len(&self) -> usize {
+        self.insns.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.insns.is_empty()
+    }
     /// The instructions, every jump resolved. Panics on a label never
     /// placed or a jump out of range: a bug of the program's generator.
-    pub(crate) fn finish(mut self) -> Vec<Insn> {
+    pub fn finish(mut self) -> Vec<Insn> {
         for &(at, l) in &self.jumps {
             let to = self.labels[l.0].expect("every label placed");
             let off = to as i64 - at as i64 - 1;

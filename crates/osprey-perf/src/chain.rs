@@ -13,7 +13,8 @@
 //! this process. [`Chain::latest`] reads the last complete copy. A thread
 //! may also name a mark, one word read in the same run (a CPython thread
 //! state's running asyncio task, for instance): the copy's frames and mark
-//! are of one instant.
+//! are of one instant. The caller's own code ([`Extra`]) may copy more in
+//! the same run, into an area of the entry it is given.
 //!
 //! Invariant: an entry's `seq` is odd while the program writes it and even
 //! after; one thread's runs never overlap (one CPU at a time, and the
@@ -23,7 +24,7 @@
 
 use std::io;
 
-use crate::bpf::{helper, Asm, Cond, Label, SharedArray, Size, R0, R1, R10, R2, R3, R6, R7, R8, R9};
+use crate::bpf::{helper, Asm, Cond, Label, Reg, SharedArray, Size, R0, R1, R10, R2, R3, R6, R7, R8, R9};
 
 /// What to copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +56,40 @@ const CONFIG: usize = 24;
 /// u64, mark: u64`.
 const HEAD: usize = 40;
 
+/// Code of the caller's run in the program, after the mark and before the
+/// chain, to copy more of the thread's memory in the same run.
+pub trait Extra {
+    /// Bytes of the entry it writes (a multiple of 8, at most
+    /// [`Extra::MAX_BYTES`]); the first word is zeroed before it runs.
+    fn bytes(&self) -> u32;
+    /// Emits the code. It must fall through at its end (every jump to a
+    /// label it places), leave [`Site::config`] and [`Site::entry`] as they
+    /// were, write the entry only in its area, and use the stack only in
+    /// `[Site::stack_low, Site::stack_high)`; it may clobber R0-R6 and R9.
+    fn emit(&self, a: &mut Asm, site: Site);
+}
+
+impl dyn Extra {
+    /// The largest [`Extra::bytes`].
+    pub const MAX_BYTES: u32 = 1024;
+}
+
+/// Where [`Extra::emit`]'s code runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Site {
+    /// The thread's config entry: the chain's start address at +8, the
+    /// mark's at +16.
+    pub config: Reg,
+    /// The copy's entry.
+    pub entry: Reg,
+    /// Where in the entry the extra area is.
+    pub area: i16,
+    /// The lowest stack offset (from R10) the code may use.
+    pub stack_low: i16,
+    /// The stack offset (from R10) above what the code may use.
+    pub stack_high: i16,
+}
+
 /// How a copy ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChainEnd {
@@ -81,6 +116,8 @@ pub struct Copied {
     pub mark: u64,
     /// Each node copied, first to last: its address and bytes.
     pub nodes: Vec<(u64, Vec<u8>)>,
+    /// What [`Extra`]'s code wrote in the same run (empty without one).
+    pub extra: Vec<u8>,
     /// Why the copy ended there.
     pub end: ChainEnd,
 }
@@ -88,6 +125,7 @@ pub struct Copied {
 /// The program, the threads it watches, and their copies.
 pub struct Chain {
     spec: ChainSpec,
+    extra: usize,
     config: crate::bpf::HashMap,
     out: SharedArray,
     slots: u32,
@@ -95,10 +133,11 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// Loads the program for `spec`, with room for `slots` threads at once.
-    /// Needs CAP_BPF and CAP_PERFMON (or root); an error says why the
-    /// kernel refused.
-    pub fn load(spec: &ChainSpec, slots: u32) -> io::Result<Chain> {
+    /// Loads the program for `spec`, `extra`'s code in it, with room for
+    /// `slots` threads at once. Needs CAP_BPF and CAP_PERFMON (or root); an
+    /// error says why the kernel refused.
+    pub fn load(spec: &ChainSpec, slots: u32, extra: Option<&dyn Extra>) -> io::Result<Chain> {
+        let extra_bytes = extra.map_or(0, |e| e.bytes());
         if spec.node_bytes == 0
             || spec.node_bytes % 8 != 0
             || spec.node_bytes > ChainSpec::MAX_NODE
@@ -108,14 +147,17 @@ impl Chain {
             || spec.derefs.len() > ChainSpec::MAX_DEREFS
             || spec.derefs.iter().any(|&d| d > i32::MAX as u32)
             || slots == 0
+            || extra_bytes % 8 != 0
+            || extra_bytes > <dyn Extra>::MAX_BYTES
+            || (extra.is_some() && extra_bytes == 0)
         {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid chain: {spec:?}")));
         }
         let config = crate::bpf::HashMap::create("osprey_watch", CONFIG as u32, slots)?;
-        let entry = HEAD + spec.max_nodes as usize * (8 + spec.node_bytes as usize);
+        let entry = HEAD + extra_bytes as usize + spec.max_nodes as usize * (8 + spec.node_bytes as usize);
         let out = SharedArray::create("osprey_chain", entry, slots)?;
-        let prog = crate::bpf::load("osprey_chain", &program(spec, config.fd(), out.fd()).finish())?;
-        Ok(Chain { spec: spec.clone(), config, out, slots, prog })
+        let prog = crate::bpf::load("osprey_chain", &program(spec, extra, config.fd(), out.fd()).finish())?;
+        Ok(Chain { spec: spec.clone(), extra: extra_bytes as usize, config, out, slots, prog })
     }
 
     /// The program's descriptor, for [`crate::ThreadSampler::attach`].
@@ -170,8 +212,10 @@ impl Chain {
                 _ => ChainEnd::Fault,
             };
             let (time_ns, top, mark) = (self.out.word(slot, 16), self.out.word(slot, 24), self.out.word(slot, 32));
+            let mut extra = vec![0u8; self.extra];
+            self.out.copy(slot, HEAD, &mut extra);
             let mut raw = vec![0u8; n * stride];
-            self.out.copy(slot, HEAD, &mut raw);
+            self.out.copy(slot, HEAD + self.extra, &mut raw);
             std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
             if self.out.word(slot, 0) as u32 != seq {
                 continue;
@@ -180,7 +224,7 @@ impl Chain {
                 .chunks_exact(stride)
                 .map(|c| (u64::from_ne_bytes(c[..8].try_into().unwrap_or_default()), c[8..].to_vec()))
                 .collect();
-            return Some(Copied { seq, time_ns, top, mark, nodes, end });
+            return Some(Copied { seq, time_ns, top, mark, nodes, extra, end });
         }
         None
     }
@@ -191,6 +235,9 @@ impl std::fmt::Debug for Chain {
         f.debug_struct("Chain").field("spec", &self.spec).field("slots", &self.slots).finish()
     }
 }
+
+/// Stack bytes [`Extra`]'s code may use.
+const EXTRA_STACK: i16 = 256;
 
 /// R0 = the value of `map_fd` at the u32 key stored at `R10 + key_off`;
 /// jumps to `missing` where there is none.
@@ -205,12 +252,12 @@ fn lookup(a: &mut Asm, map_fd: i32, key_off: i32, missing: Label) {
 /// The program. Registers: r6 the thread id, then the nodes copied; r7
 /// the thread's config, then where the next node goes; r8 its entry; r9
 /// the pointer followed. Stack: the map keys at r10-4 and r10-8, a pointer
-/// read at r10-16; 16 bytes in all.
+/// read at r10-16; 16 bytes in all, and [`EXTRA_STACK`] below for `extra`.
 ///
 /// Each node's offset in the entry is a constant per loop iteration (the
 /// verifier walks the bounded loop iteration by iteration), so every write
 /// is proved inside the value; the loop runs at most `max_nodes` times.
-fn program(spec: &ChainSpec, config_fd: i32, out_fd: i32) -> Asm {
+fn program(spec: &ChainSpec, extra: Option<&dyn Extra>, config_fd: i32, out_fd: i32) -> Asm {
     let mut a = Asm::default();
     let (quit, fault, done, full, next, close) = (a.label(), a.label(), a.label(), a.label(), a.label(), a.label());
     a.call(helper::GET_CURRENT_PID_TGID);
@@ -242,6 +289,13 @@ fn program(spec: &ChainSpec, config_fd: i32, out_fd: i32) -> Asm {
     a.mov_imm(R2, 8);
     a.call(helper::PROBE_READ_USER);
     a.place(no_mark);
+    if let Some(e) = extra {
+        a.store_imm(Size::Dw, R8, HEAD as i16, 0);
+        let site = Site { config: R7, entry: R8, area: HEAD as i16, stack_low: -16 - EXTRA_STACK, stack_high: -16 };
+        e.emit(&mut a, site);
+        a.mov_imm(R6, 0);
+    }
+    let nodes_at = HEAD as i32 + extra.map_or(0, |e| e.bytes() as i32);
     a.load(Size::Dw, R9, R7, 8);
     // The first pointer, then the derefs.
     let read_ptr = |a: &mut Asm, off: i32| {
@@ -261,7 +315,7 @@ fn program(spec: &ChainSpec, config_fd: i32, out_fd: i32) -> Asm {
     }
     a.store(Size::Dw, R8, 24, R9);
     a.mov(R7, R8);
-    a.add_imm(R7, HEAD as i32);
+    a.add_imm(R7, nodes_at);
     let stride = 8 + spec.node_bytes as i32;
     a.place(next);
     a.jump_if(Cond::Eq, R9, 0, done);

@@ -18,7 +18,8 @@
 //! - [`chain::Chain`]: a linked chain of the thread's memory (a CPython
 //!   thread's frames) copied by a BPF program at each overflow of a
 //!   [`ThreadSampler`] attached to it, while the thread is interrupted
-//!   (root or CAP_BPF + CAP_PERFMON).
+//!   (root or CAP_BPF + CAP_PERFMON); a caller may add code of its own to
+//!   that program ([`chain::Extra`], written with [`bpf::Asm`]).
 //! - [`thread_ctx::read_thread_contexts`]: each thread's OpenTelemetry
 //!   thread context (OTEP 4947) — trace and span id — read from outside.
 //!
@@ -54,7 +55,7 @@
 //! - A walk needs the frames' stack within the copy: a frame deeper than
 //!   `stack_bytes` above the sampled sp ends it (`truncated`).
 
-mod bpf;
+pub mod bpf;
 pub mod chain;
 mod config;
 mod error;

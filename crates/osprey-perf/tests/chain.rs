@@ -2,13 +2,16 @@
 //! linked stack as fast as it can (each push one pointer store after its
 //! node is written, as an interpreter's frames are) is copied whole and
 //! consistent at every sample, where copies from outside see it torn; its
-//! depth word, written right after each push or pop, is read in the same run.
+//! depth word, written right after each push or pop, is read in the same run,
+//! and so are the head and depth copied by code of the test's own
+//! ([`Extra`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use osprey_perf::chain::{Chain, ChainEnd, ChainSpec};
+use osprey_perf::bpf::{Asm, R10, R6};
+use osprey_perf::chain::{Chain, ChainEnd, ChainSpec, Extra, Site};
 use osprey_perf::{Config, ThreadSampler};
 
 /// A node: its tag (the push that wrote it), its depth, the one below.
@@ -38,6 +41,27 @@ fn consistent(stack: &Stack, nodes: &[(u64, u64, u64, u64)]) -> bool {
     nodes.first().is_none_or(|n| n.2 == nodes.len() as u64)
         && nodes.iter().all(|&(a, _, d, _)| d >= 1 && (d as usize) < SLOTS && a == slot(d))
         && nodes.windows(2).all(|w| w[0].3 == w[1].0 && w[0].1 > w[1].1 && w[0].2 == w[1].2 + 1)
+}
+
+/// Copies the stack's head and depth words (16 bytes at the chain's start)
+/// into its area, through the stack.
+struct HeadAndDepth;
+
+impl Extra for HeadAndDepth {
+    fn bytes(&self) -> u32 {
+        24
+    }
+    fn emit(&self, a: &mut Asm, s: Site) {
+        let done = a.label();
+        a.load(osprey_perf::bpf::Size::Dw, R6, s.config, 8);
+        a.read_user(R10, s.stack_low as i32, 16, R6, 0, done);
+        for w in 0..2 {
+            a.load(osprey_perf::bpf::Size::Dw, R6, R10, s.stack_low + 8 * w);
+            a.store(osprey_perf::bpf::Size::Dw, s.entry, s.area + 8 + 8 * w, R6);
+        }
+        a.store_imm(osprey_perf::bpf::Size::Dw, s.entry, s.area, 1);
+        a.place(done);
+    }
 }
 
 #[test]
@@ -88,7 +112,7 @@ fn a_chain_copied_at_the_interrupt_is_never_torn() {
     }
     let tid = tid.load(Ordering::SeqCst);
     let spec = ChainSpec { derefs: vec![], node_bytes: 24, next: 16, max_nodes: 64 };
-    let chain = Chain::load(&spec, 4).expect("the chain program loads (run as root)");
+    let chain = Chain::load(&spec, 4, Some(&HeadAndDepth)).expect("the chain program loads (run as root)");
     let depth_at = &raw const stack.depth as u64;
     chain.watch(tid, 2, addr as u64, depth_at).expect("watch");
     let config = Config { ring_pages: Some(1), ..Config::new(5000, 8) };
@@ -112,6 +136,9 @@ fn a_chain_copied_at_the_interrupt_is_never_torn() {
         // One store behind the head at most: the interrupt may fall between the two.
         assert!(c.mark.abs_diff(nodes.len() as u64) <= 1, "depth word {} with {} nodes", c.mark, nodes.len());
         marked += (c.mark == nodes.len() as u64 && c.mark > 3) as u32;
+        // The test's code ran in the same run: the same head and depth.
+        let extra = (rd(&c.extra, 0), rd(&c.extra, 8), rd(&c.extra, 16));
+        assert_eq!(extra, (1, c.top, c.mark), "head and depth copied by the extra code");
         deep += (nodes.len() > 3) as u32;
     }
     assert!(chain.latest(1, tid).is_none() && chain.latest(2, tid + 1).is_none(), "other slots and threads are empty");

@@ -17,7 +17,10 @@ Interpreters: `3.8`..`3.13` (pyenv), `debian-3.11` (/usr/bin/python3.11),
 `forky-3.13`..`forky-3.15` (the chroot of tests/chroot/build-forky.sh), or a
 path. Workloads: `short` (calls of a microsecond or so, most entered from
 C), `recurse` (a loop calling a 20-deep recursion), `gen` (a loop over a
-generator), `task_short` (the short calls in two asyncio tasks)."""
+generator), `task_short` (the short calls in two asyncio tasks), `span_short`
+(the short calls inside OpenTelemetry spans: the SDK the tests install,
+`target/otel-py/<name>` or the chroot's `/tmp/osprey-otel-py-<name>-*`; run
+`cargo test -p osprey-python --test otel_spans` once first)."""
 import argparse
 import contextlib
 import glob
@@ -38,7 +41,9 @@ FUNCS = {
     "recurse": ["recurse", "main"],
     "gen": ["produce", "consume"],
     "task_short": ["__init__", "__hash__", "produce", "direct", "short_task"],
+    "span_short": ["__init__", "__hash__", "produce", "direct", "span_loop"],
 }
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
 MODES = ["default", "blocking", "py-spy"]
 
 
@@ -113,11 +118,25 @@ def sample(osprey, pid, mode, secs, hz):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def otel_path(name):
+    """Where interpreter `name` finds the OpenTelemetry SDK (as it sees it)."""
+    if name.startswith("forky-"):
+        found = sorted(glob.glob(f"{FORKY}/tmp/osprey-otel-py-{name}-*"))
+        inner = found[-1][len(FORKY):] if found else None
+    else:
+        inner = os.path.join(REPO, "target", "otel-py", os.path.basename(name).replace("debian-", ""))
+        inner = inner if os.path.isdir(inner) else None
+    if inner is None:
+        sys.exit(f"no OpenTelemetry SDK for {name}: run `cargo test -p osprey-python --test otel_spans` first")
+    return inner
+
+
 def measure(osprey, python, workload, modes, secs, hz, chunk):
     """One process running `workload`, sampled by each of `modes` in turn,
     `chunk` seconds at a time, `secs` in all per mode (so that all modes see
     the same load): {mode: (mean flat shares, samples)}."""
-    p = subprocess.Popen(argv_of(python) + [workload], stdout=subprocess.PIPE)
+    env = dict(os.environ, PYTHONPATH=otel_path(python)) if workload == "span_short" else None
+    p = subprocess.Popen(argv_of(python) + [workload], stdout=subprocess.PIPE, env=env)
     res = {m: ({}, 0) for m in modes}
     try:
         assert p.stdout.readline().strip() == b"ready"

@@ -5,7 +5,9 @@
 //! span id that thread used there, its trace id and its local root; samples
 //! outside spans carry none; no sample carries ids its thread never used.
 //! asyncio tasks interleaving on one thread, each in its own spans: their
-//! samples carry the running task's span (`tasks`).
+//! samples carry the running task's span (`tasks`). A running thread's span
+//! is copied at its sampling interrupt with its stack (nearly every sample of
+//! one is: `copied_at_the_interrupt`).
 //! Then what one lookup costs the sampler (CPU, memory reads) is measured
 //! on the live program and printed. `osprey exec`/`attach` end to end:
 //! osprey-cli's `tests/python_spans.rs`.
@@ -71,6 +73,12 @@ fn cost(name: &str, pid: i32) {
 }
 
 /// The profiles as pprof files read back.
+/// The spans of running threads were copied at their interrupts with their
+/// stacks (root: the tests run as root), the walk failing on few.
+fn copied_at_the_interrupt(name: &str, s: &osprey_python::sampling::otel_context::SpanStats) {
+    assert!(s.copied >= 50 && s.not_copied * 10 <= s.copied, "{name}: spans copied at the interrupt: {s:?}");
+}
+
 fn as_pprof(tag: &str, data: &[osprey_pprof::ProfileData]) -> Vec<osprey_pprof::pprof::Profile> {
     let dir = osprey_testkit::tempdir(&format!("spans-{tag}"));
     for d in data {
@@ -82,13 +90,26 @@ fn as_pprof(tag: &str, data: &[osprey_pprof::ProfileData]) -> Vec<osprey_pprof::
 }
 
 fn spans(name: &str) {
+    spans_with(name, &[]);
+}
+
+/// [`spans`] with each thread's context holding 40 more variables: the HAMT
+/// walked at the interrupt goes through an array node.
+#[test]
+fn spans_under_an_array_node() {
+    spans_with("3.12", &[("OSPREY_EXTRA_VARS", "40")]);
+}
+
+fn spans_with(name: &str, env: &[(&str, &str)]) {
     let Some(py) = common::python(name) else { return };
     let Some(sdk) = osprey_testkit::python::otel_sdk(&py, name) else { return };
     // Three busy threads and the sampler: the whole machine.
     let _slots = common::slots(2);
     osprey_testkit::run::rerun_on_noise(2, |last| {
         let out = py.scratch("spans");
-        let w = py.start_script_env(&fixture(), &[&out, "3", "4"], &[("PYTHONPATH", &sdk)]);
+        let mut vars = vec![("PYTHONPATH", sdk.as_str())];
+        vars.extend_from_slice(env);
+        let w = py.start_script_env(&fixture(), &[&out, "3", "4"], &vars);
         std::thread::sleep(Duration::from_millis(300));
         cost(name, w.pid());
         let stop = AtomicBool::new(false);
@@ -100,6 +121,7 @@ fn spans(name: &str) {
         let checked = check_spans(name, &profiles, &used_file, Some(3), last);
         let _ = std::fs::remove_file(&used_file);
         assert!(summary.spans.torn * 100 <= summary.spans.lookups, "{name}: torn reads {:?}", summary.spans);
+        copied_at_the_interrupt(name, &summary.spans);
         checked
     });
 }
@@ -125,6 +147,7 @@ fn wsgi_server() {
     eprintln!("wsgi: span reads {:?}; warnings {:?}", summary.spans, summary.warnings);
     // A thread per request: as many threads as requests.
     check_spans("wsgi", &profiles, &used_file, None, true);
+    copied_at_the_interrupt("wsgi", &summary.spans);
     let _ = std::fs::remove_file(&used_file);
 }
 
@@ -148,6 +171,7 @@ fn tasks(name: &str) {
         let used_file = py.host_path(&out);
         eprintln!("{name} tasks: span reads {:?}; warnings {:?}", summary.spans, summary.warnings);
         let t = check_requests(&format!("{name} tasks"), &profiles, &used_file, 60, last);
+        copied_at_the_interrupt(name, &summary.spans);
         let _ = std::fs::remove_file(&used_file);
         t
     });

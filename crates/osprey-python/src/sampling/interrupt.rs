@@ -21,9 +21,10 @@
 //! move meanwhile), the stack is read from outside. So it is in a process
 //! whose spans are read (the sampler decides): spans are read at the pass,
 //! and a copy from before could pair a stack with a span it did not run
-//! in. A thread's running asyncio task is a single word of its thread
-//! state: it is copied in the same run as the frames (the chain's mark),
-//! so a copy's stack and task are of one instant.
+//! in, unless the span was copied in the same run too
+//! ([`crate::sampling::span_copy`]). A thread's running asyncio task is a
+//! single word of its thread state: it is copied in the same run as the
+//! frames (the chain's mark), so a copy's stack and task are of one instant.
 
 use std::collections::HashMap;
 
@@ -31,6 +32,8 @@ use osprey_perf::chain::{Chain, ChainEnd, ChainSpec};
 use osprey_perf::{Config, ThreadSampler};
 
 use crate::layout::Layout;
+use crate::sampling::span_copy::{CopiedSpan, Recipe, SpanCode};
+use crate::target::Target;
 
 /// Frames copied at most per sample; a deeper stack's outer frames are
 /// read from outside, after the copy.
@@ -54,9 +57,17 @@ pub struct InterruptStats {
     pub faults: u64,
 }
 
-/// A copy: the innermost frame's address, the frames (address, bytes)
-/// from it outwards, and the mark word read with them (see [`Interrupt::copy`]).
-pub type Frames = (u64, Vec<(u64, Vec<u8>)>, u64);
+/// A copy (see [`Interrupt::copy`]).
+pub struct Frames {
+    /// The innermost frame's address.
+    pub top: u64,
+    /// The frames (address, bytes) from it outwards.
+    pub frames: Vec<(u64, Vec<u8>)>,
+    /// The mark word read with them.
+    pub mark: u64,
+    /// The OpenTelemetry span the thread was in then.
+    pub span: CopiedSpan,
+}
 
 /// One watched thread.
 struct Watched {
@@ -73,6 +84,10 @@ struct Watched {
 /// The program and each running thread's event.
 pub struct Interrupt {
     chain: Chain,
+    /// The span code in the program (None: it could not be loaded).
+    spans: Option<SpanCode>,
+    /// Why the span code is not in the program.
+    pub spans_error: Option<String>,
     /// Where the frame pointer is in a thread state.
     tstate_frame: u64,
     threads: HashMap<i32, Watched>,
@@ -95,9 +110,21 @@ impl Interrupt {
             next: l.frame_previous as u32,
             max_nodes: MAX_FRAMES,
         };
-        let chain = Chain::load(&spec, SLOTS).map_err(|e| format!("bpf: {e}"))?;
+        let spans = SpanCode::new(l).map_err(|e| format!("bpf map: {e}"));
+        let with_spans = spans.as_ref().map_err(Clone::clone).and_then(|code| {
+            Chain::load(&spec, SLOTS, Some(code as &dyn osprey_perf::chain::Extra))
+                .map_err(|e| format!("bpf (with spans): {e}"))
+        });
+        let (chain, spans, spans_error) = match (with_spans, spans) {
+            (Ok(chain), Ok(code)) => (chain, Some(code), None),
+            (Err(e), _) | (Ok(_), Err(e)) => {
+                (Chain::load(&spec, SLOTS, None).map_err(|e| format!("bpf: {e}"))?, None, Some(e))
+            }
+        };
         Ok(Interrupt {
             chain,
+            spans,
+            spans_error,
             tstate_frame: l.tstate_frame,
             threads: HashMap::new(),
             free: (0..SLOTS).rev().collect(),
@@ -105,6 +132,16 @@ impl Interrupt {
             stats: Default::default(),
             error: None,
         })
+    }
+
+    /// What the span code compares with from the next interrupts on.
+    pub fn publish(&mut self, r: &Recipe) {
+        if let Some(code) = self.spans.as_mut() {
+            if let Err(e) = code.publish(r) {
+                self.spans_error = Some(format!("bpf map: {e}"));
+                self.spans = None;
+            }
+        }
     }
 
     /// Stops watching threads not in `tids`.
@@ -148,9 +185,9 @@ impl Interrupt {
 
     /// Running thread `tid`'s frames (its state at `tstate`) as copied at
     /// its latest interrupt, with the word at `mark` (0: none) read in the
-    /// same run; None if there is no recent copy. A new `mark` is copied
-    /// from the next interrupt on: until then there is no copy.
-    pub fn copy(&mut self, tid: i32, tstate: u64, mark: u64) -> Option<Frames> {
+    /// same run, and its span; None if there is no recent copy. A new `mark`
+    /// is copied from the next interrupt on: until then there is no copy.
+    pub fn copy(&mut self, t: &Target, tid: i32, tstate: u64, mark: u64) -> Option<Frames> {
         if self.threads.get(&tid).is_some_and(|w| w.tstate != tstate) {
             self.forget(tid);
         }
@@ -176,7 +213,8 @@ impl Interrupt {
             return None;
         }
         self.stats.copied += 1;
-        Some((c.top, c.nodes, c.mark))
+        let span = self.spans.as_ref().map_or(CopiedSpan::Unknown, |code| code.decode(t, &c.extra));
+        Some(Frames { top: c.top, frames: c.nodes, mark: c.mark, span })
     }
 }
 

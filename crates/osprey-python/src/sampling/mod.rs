@@ -13,5 +13,6 @@ pub mod native;
 pub mod otel_context;
 pub(crate) mod sampler;
 pub(crate) mod session;
+pub mod span_copy;
 pub mod thread_names;
 pub(crate) mod thread_state;

@@ -36,11 +36,19 @@
 //! when its size changed (checked every [`POLL`], two reads), all of them
 //! every [`RETRY`]; a layout not recognised is said once ([`Spans::note`])
 //! and not looked at again.
+//!
+//! What the reads verified (the variable, node types, classes, the span
+//! key, where span classes keep `_context` and `_parent`) makes the
+//! [`Recipe`] with which a running thread's span is copied at its sampling
+//! interrupt instead ([`crate::sampling::span_copy`]; [`Spans::from_copy`]).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::time::{Duration, Instant};
 
+use crate::layout::objects::{InstanceDict, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT};
+use crate::remote::process::rd_u64;
+use crate::sampling::span_copy::{CopiedSpan, Recipe, SpanClass};
 use crate::target::contextvars::{self, Mark, NodeKinds, Var};
 use crate::target::pyobject::{Long, Reader, TPFLAGS_DICT_SUBCLASS, TPFLAGS_TUPLE_SUBCLASS};
 use crate::target::Target;
@@ -57,6 +65,8 @@ pub const POLL: Duration = Duration::from_millis(20);
 pub const MAX_GAP: Duration = Duration::from_millis(10);
 /// Memory reads per sample, at most.
 pub const BUDGET: u32 = 64;
+/// Memory reads to learn where a span class keeps its attributes, at most.
+const CLASS_BUDGET: u32 = 256;
 /// Memory reads to find the variable, at most.
 const FIND_BUDGET: u32 = 8192;
 /// Keys of `sys.modules` remembered as not OTel's, at most.
@@ -113,6 +123,12 @@ pub struct SpanStats {
     pub changed: u64,
     /// Memory reads done by the lookups.
     pub reads: u64,
+    /// Samples whose span was copied at the interrupt with their stack.
+    pub copied: u64,
+    /// Copies at the interrupt without a span known (the walk met something
+    /// the recipe does not have yet, or memory not resident): read from
+    /// outside instead.
+    pub not_copied: u64,
     /// Time the lookups took.
     pub time: Duration,
 }
@@ -153,6 +169,10 @@ pub struct Spans {
     span_context_class: Option<u64>,
     /// Local root span id by trace id.
     roots: HashMap<u128, u64>,
+    /// Classes of spans met, and for the first [`Recipe::classes`]' worth of
+    /// those whose attributes the copy can read, where it finds them.
+    span_classes: HashSet<u64>,
+    copy_classes: Vec<SpanClass>,
     /// Keys of `sys.modules` seen not to be `opentelemetry.context` (see
     /// [`Spans::otel_module`]); emptied at every full look.
     not_otel: HashSet<u64>,
@@ -173,6 +193,8 @@ impl Default for Spans {
             context_class: None,
             span_context_class: None,
             roots: HashMap::new(),
+            span_classes: HashSet::new(),
+            copy_classes: Vec::new(),
             not_otel: HashSet::new(),
             note: None,
             strikes: 0,
@@ -397,6 +419,14 @@ impl Spans {
             Some(p) => self.span_context(r, p)?.2,
             None => false,
         };
+        if self.span_classes.len() < 16 {
+            self.learn_class(r, span);
+        }
+        Ok(Some(self.ids(trace_id, span_id, local_root)))
+    }
+
+    /// The ids of a local span, its local root remembered or looked up.
+    fn ids(&mut self, trace_id: u128, span_id: u64, local_root: bool) -> SpanIds {
         let local_root_span_id = if local_root {
             if self.roots.len() >= MAX_ROOTS && !self.roots.contains_key(&trace_id) {
                 self.roots.clear();
@@ -406,7 +436,81 @@ impl Spans {
         } else {
             self.roots.get(&trace_id).copied().unwrap_or(0)
         };
-        Ok(Some(SpanIds { trace_id, span_id, local_root_span_id }))
+        SpanIds { trace_id, span_id, local_root_span_id }
+    }
+
+    /// The span a copy made at the interrupt holds (see
+    /// [`crate::sampling::span_copy`]); `Err` where it holds none known: the
+    /// caller reads from outside.
+    pub fn from_copy(&mut self, c: CopiedSpan) -> Result<Option<SpanIds>, Changed> {
+        let got = match c {
+            CopiedSpan::Unknown => {
+                self.stats.not_copied += 1;
+                return Err(Changed);
+            }
+            CopiedSpan::None => None,
+            CopiedSpan::Span { trace_id, span_id, remote, .. } if trace_id == 0 || span_id == 0 || remote => None,
+            CopiedSpan::Span { trace_id, span_id, local_root, .. } => {
+                Some(self.ids(trace_id, span_id, local_root.unwrap_or(false)))
+            }
+        };
+        self.stats.copied += 1;
+        self.stats.found += got.is_some() as u64;
+        Ok(got)
+    }
+
+    /// What the copy at the interrupt compares with, as verified so far.
+    pub fn recipe(&self, t: &Target) -> Recipe {
+        let Search::Found(var) = self.search else { return Recipe::default() };
+        let (bitmap_node, array_node) = self.kinds.node_types();
+        let mut classes = [SpanClass::default(); 2];
+        for (c, k) in classes.iter_mut().zip(&self.copy_classes) {
+            *c = *k;
+        }
+        Recipe {
+            var: var.addr,
+            hash: var.hash as u32,
+            bitmap_node,
+            array_node,
+            context_class: self.context_class.unwrap_or(0),
+            span_key: self.hints.span_key,
+            span_context_class: self.span_context_class.unwrap_or(0),
+            none: t.none_obj.unwrap_or(0),
+            dict: t.dict_type.unwrap_or(0),
+            classes,
+        }
+    }
+
+    /// Notes where the class of `span` (a span just read whole) keeps
+    /// `_context` and `_parent`, if the copy can read its instances there:
+    /// their shared keys, in a values array.
+    fn learn_class(&mut self, r: &Reader, span: u64) {
+        let Ok(ty) = r.type_of(span) else { return };
+        if !self.span_classes.insert(ty) || self.copy_classes.len() >= 2 {
+            return;
+        }
+        let t = r.target();
+        // Once per class: a budget of its own (a class has tens of attributes).
+        let r = &Reader::new(t, CLASS_BUDGET);
+        let o = &t.layout.objects;
+        let Ok(tb) = r.read_bytes(ty, (o.type_flags.max(o.type_basicsize).max(o.type_dictoffset) + 8) as usize) else {
+            return;
+        };
+        let flags = rd_u64(&tb, o.type_flags as usize);
+        let param = match o.instance_dict {
+            InstanceDict::TypeOffset => rd_u64(&tb, o.type_dictoffset as usize),
+            InstanceDict::ValuesOrDict | InstanceDict::Tagged if flags & TPFLAGS_MANAGED_DICT != 0 => 0,
+            InstanceDict::Inline if flags & TPFLAGS_INLINE_VALUES != 0 => rd_u64(&tb, o.type_basicsize as usize),
+            _ => return,
+        };
+        if o.instance_dict == InstanceDict::TypeOffset && !(1..=1 << 16).contains(&param) {
+            return;
+        }
+        let Ok(keys) = r.u64(ty + o.heap_type_cached_keys) else { return };
+        let Ok(names) = r.shared_keys(keys) else { return };
+        let slot = |name: &str| names.iter().position(|&k| k != 0 && r.str_is(k, name)).map(|i| i as u64);
+        let Some(context_slot) = slot("_context") else { return };
+        self.copy_classes.push(SpanClass { ty, param, keys, context_slot, parent_slot: slot("_parent") });
     }
 
     /// (trace id, span id, is remote) of the `SpanContext` at `addr`.

@@ -315,30 +315,42 @@ impl Sampler {
     /// running thread `tid`'s frames are taken from its latest copy made at
     /// its sampling interrupt, see [`crate::sampling::interrupt`]).
     ///
-    /// From a copy, the running task is the one copied with its frames.
-    /// Read from outside, it is read next to the stack on both sides: a task
-    /// that switched during the read is the one that ran when the innermost
-    /// frames were read (first), or, if none ran then, the one that started
-    /// during the read. The span is the one before and after the stack; if
-    /// they differ (a task switch, a span begun or ended meanwhile), the
-    /// stack is read again, at most `SPAN_READS` times in all.
+    /// From a copy, the running task and the span are the ones copied with
+    /// its frames; where spans are read and the copy has none known, the
+    /// thread is read from outside. Read from outside, the task is read next
+    /// to the stack on both sides: a task that switched during the read is
+    /// the one that ran when the innermost frames were read (first), or, if
+    /// none ran then, the one that started during the read. The span is the
+    /// one before and after the stack; if they differ (a task switch, a span
+    /// begun or ended meanwhile), the stack is read again, at most
+    /// `SPAN_READS` times in all.
     fn read_thread(&mut self, tstate: u64, still: bool, at_interrupt: Option<i32>) -> ThreadRead {
+        if let Some(tid) = at_interrupt {
+            let task_at = self.tasks.running_at(&self.target, tstate);
+            let found = self.spans.found();
+            let copied = self.interrupt.as_mut().and_then(|i| i.copy(&self.target, tid, tstate, task_at));
+            if let Some(c) = copied {
+                let span = if found {
+                    self.spans.from_copy(c.span)
+                } else {
+                    // Looks for the variable now and then; a span read now
+                    // is not the copy's.
+                    let mark = self.spans.mark(&self.target, tstate, false);
+                    let _ = self.spans.read(&self.target, tstate, mark);
+                    Ok(None)
+                };
+                if let Ok(span) = span {
+                    return (read_copied(&self.target, &mut self.walks, c.top, c.frames), c.mark, span);
+                }
+            }
+        }
         let mut reads = 0;
         loop {
             reads += 1;
             let span_mark = self.spans.mark(&self.target, tstate, still);
-            // A copy's running task is the one its frames ran in: the word
-            // was copied with them.
-            let task_at = self.tasks.running_at(&self.target, tstate);
-            let copied = at_interrupt.zip(self.interrupt.as_mut()).and_then(|(tid, i)| i.copy(tid, tstate, task_at));
-            let (read, task) = match copied {
-                Some((top, frames, task)) => (read_copied(&self.target, &mut self.walks, top, frames), task),
-                None => {
-                    let before = self.tasks.running(&self.target, tstate);
-                    let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, still);
-                    (read, if before != 0 { before } else { self.tasks.running(&self.target, tstate) })
-                }
-            };
+            let before = self.tasks.running(&self.target, tstate);
+            let read = read_stack(&self.target, &mut self.walks, tstate, &mut self.stats.retries, still);
+            let task = if before != 0 { before } else { self.tasks.running(&self.target, tstate) };
             match self.spans.read(&self.target, tstate, span_mark) {
                 Err(Changed) if reads < SPAN_READS => continue,
                 span => break (read, task, span.unwrap_or(None)),
@@ -419,6 +431,10 @@ impl Sampler {
         let ranges: Vec<(u64, u64)> = gils.iter().map(|g| g.0).collect();
         let pid = self.target.pid;
         self.names.update(&self.target, &self.tids);
+        // What the span reads verified so far, for the copies at the interrupt.
+        if let Some(i) = self.interrupt.as_mut().filter(|_| self.spans.found()) {
+            i.publish(&self.spans.recipe(&self.target));
+        }
         let mut out = Vec::with_capacity(self.tids.len());
         let tids = self.tids.clone();
         for tid in tids {
@@ -467,10 +483,7 @@ impl Sampler {
                         (Some(n), Some(s)) => n.unwind(s),
                         _ => None,
                     };
-                    // A copy is from up to two intervals ago: where spans are
-                    // read now, the stack is read next to them.
-                    let at_interrupt =
-                        (running && stopped.is_none() && self.native.is_none() && !self.spans.found()).then_some(tid);
+                    let at_interrupt = (running && stopped.is_none() && self.native.is_none()).then_some(tid);
                     let (read, task, span) = self.read_thread(tstate, stopped.is_some(), at_interrupt);
                     (read, task, span, native)
                 }

@@ -231,6 +231,11 @@ pub fn attach_with_sink(
             .warnings
             .push(format!("a thread's sampling interrupt could not be armed ({e}): its stack was read while it ran"));
     }
+    if let Some(e) = sampler.interrupt.as_ref().and_then(|i| i.spans_error.as_ref()).filter(|_| sampler.spans.found()) {
+        summary.warnings.push(format!(
+            "spans not copied at the sampling interrupt ({e}): threads in spans were read while they ran"
+        ));
+    }
     summary.spans = sampler.spans.stats.clone();
     if let Some(n) = &sampler.spans.note {
         summary.warnings.push(n.clone());

@@ -73,6 +73,12 @@ enum Kind {
 pub struct NodeKinds(HashMap<u64, Option<Kind>>);
 
 impl NodeKinds {
+    /// The bitmap and array node types, where seen (0: not yet).
+    pub fn node_types(&self) -> (u64, u64) {
+        let of = |want| self.0.iter().find(|(_, k)| **k == Some(want)).map_or(0, |(t, _)| *t);
+        (of(Kind::Bitmap), of(Kind::Array))
+    }
+
     fn kind(&mut self, r: &Reader, ty: u64) -> io::Result<Kind> {
         if let Some(k) = self.0.get(&ty) {
             return k.ok_or_else(|| bad("not a HAMT node"));

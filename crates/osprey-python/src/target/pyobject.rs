@@ -154,30 +154,23 @@ impl<'a> Reader<'a> {
             Ok(b) => b,
             Err(_) => self.read(addr, short)?,
         };
-        if !self.type_is(&b, self.t.long_type) {
-            return Err(bad("not an int"));
-        }
-        let size = rd_u64(&b, o.long_size as usize);
-        let ndigits = match o.long_header {
-            LongHeader::SignedSize if (size as i64) < 0 => return Err(bad("negative int")),
-            LongHeader::SignedSize => size,
-            LongHeader::Tagged if size & 3 == 2 => return Err(bad("negative int")),
-            LongHeader::Tagged => size >> 3,
-        };
-        if ndigits > max_digits {
-            return Err(bad("int too large"));
-        }
-        let need = (o.long_digits + 4 * ndigits) as usize;
+        let need = (o.long_digits + 4 * digits_of(self.t, &b, max_digits)?) as usize;
         if b.len() < need {
             b = self.read(addr, need)?;
         }
-        let digit = |i: usize| (rd_u32(&b, o.long_digits as usize + 4 * i) & 0x3fff_ffff) as u128;
-        let top = ndigits.checked_sub(1).map_or(0, |i| digit(i as usize));
-        // 4 full digits hold 120 bits: the fifth may hold 8 more.
-        if ndigits == 5 && top >> 8 != 0 {
-            return Err(bad("int too large"));
+        uint_in(self.t, &b, max_digits)
+    }
+
+    /// The keys of shared keys object `keys` (a class's `ht_cached_keys`)
+    /// in their order: a split values array holds the value of key `i` at
+    /// index `i`.
+    pub fn shared_keys(&self, keys: u64) -> io::Result<Vec<u64>> {
+        let (base, n, esize, key_at) = self.table_at(keys)?;
+        if n == 0 {
+            return Ok(Vec::new());
         }
-        Ok((0..ndigits as usize).map(|i| digit(i) << (30 * i)).sum())
+        let e = self.read(base, (n * esize) as usize)?;
+        Ok((0..n as usize).map(|i| rd_u64(&e, i * esize as usize + key_at)).collect())
     }
 
     /// The type of the object at `addr`.
@@ -233,35 +226,7 @@ impl<'a> Reader<'a> {
     /// values `values` (what `ma_values` points to) when given.
     fn table(&self, keys: u64, values: Option<u64>) -> io::Result<Entries> {
         let o = &self.t.layout.objects;
-        // (entries address, entries, entry size, key offset in an entry)
-        let (base, n, esize, key_at) = match o.keys {
-            DictKeys::Sized => {
-                let h = self.read(keys, 40)?;
-                let (size, n) = (rd_u64(&h, 8), rd_u64(&h, 32));
-                if !size.is_power_of_two() || size > 1 << 30 || n > size {
-                    return Err(bad("torn dict keys"));
-                }
-                let ix = match size {
-                    0..=0xff => 1,
-                    0x100..=0xffff => 2,
-                    0x1_0000..=0xffff_ffff => 4,
-                    _ => 8,
-                };
-                (keys + 40 + size * ix, n, 24, 8)
-            }
-            DictKeys::Log2 => {
-                let h = self.read(keys, 32)?;
-                let (log2, log2_ix, kind, n) = (h[8] as u64, h[9] as u64, h[10], rd_u64(&h, 24));
-                if !(3..=30).contains(&log2) || !(log2..=log2 + 3).contains(&log2_ix) || kind > 2 || n > 1 << log2 {
-                    return Err(bad("torn dict keys"));
-                }
-                let (esize, key_at) = if kind == 0 { (24, 8) } else { (16, 0) };
-                (keys + 32 + (1 << log2_ix), n, esize, key_at)
-            }
-        };
-        if n > MAX_ENTRIES {
-            return Err(bad("dict too large"));
-        }
+        let (base, n, esize, key_at) = self.table_at(keys)?;
         if n == 0 {
             return Ok(Vec::new());
         }
@@ -290,6 +255,41 @@ impl<'a> Reader<'a> {
             .filter(|&(k, v)| k != 0 && v != 0)
             .collect();
         Ok(out)
+    }
+
+    /// Where keys object `keys` has its entries: their address, how many
+    /// are used, an entry's size and where its key is in it.
+    fn table_at(&self, keys: u64) -> io::Result<(u64, u64, u64, usize)> {
+        let o = &self.t.layout.objects;
+        let (base, n, esize, key_at) = match o.keys {
+            DictKeys::Sized => {
+                let h = self.read(keys, 40)?;
+                let (size, n) = (rd_u64(&h, 8), rd_u64(&h, 32));
+                if !size.is_power_of_two() || size > 1 << 30 || n > size {
+                    return Err(bad("torn dict keys"));
+                }
+                let ix = match size {
+                    0..=0xff => 1,
+                    0x100..=0xffff => 2,
+                    0x1_0000..=0xffff_ffff => 4,
+                    _ => 8,
+                };
+                (keys + 40 + size * ix, n, 24, 8)
+            }
+            DictKeys::Log2 => {
+                let h = self.read(keys, 32)?;
+                let (log2, log2_ix, kind, n) = (h[8] as u64, h[9] as u64, h[10], rd_u64(&h, 24));
+                if !(3..=30).contains(&log2) || !(log2..=log2 + 3).contains(&log2_ix) || kind > 2 || n > 1 << log2 {
+                    return Err(bad("torn dict keys"));
+                }
+                let (esize, key_at) = if kind == 0 { (24, 8) } else { (16, 0) };
+                (keys + 32 + (1 << log2_ix), n, esize, key_at)
+            }
+        };
+        if n > MAX_ENTRIES {
+            return Err(bad("dict too large"));
+        }
+        Ok((base, n, esize, key_at as usize))
     }
 
     /// The attributes (`__dict__` entries) of the instance at `obj`.
@@ -382,4 +382,47 @@ impl<'a> Reader<'a> {
         *hint = k;
         Some(v)
     }
+}
+
+/// The number of digits of the non-negative `int` whose first bytes are
+/// `b` (its type checked against the target's `int` where known), at most
+/// `max_digits` (at most 5).
+fn digits_of(t: &Target, b: &[u8], max_digits: u64) -> io::Result<u64> {
+    let o = &t.layout.objects;
+    let l = &t.layout;
+    if b.len() < (o.long_size + 8) as usize || b.len() < (l.object_type + 8) as usize {
+        return Err(bad("short int"));
+    }
+    if t.long_type.is_some_and(|want| rd_u64(b, l.object_type as usize) != want) {
+        return Err(bad("not an int"));
+    }
+    let size = rd_u64(b, o.long_size as usize);
+    let ndigits = match o.long_header {
+        LongHeader::SignedSize if (size as i64) < 0 => return Err(bad("negative int")),
+        LongHeader::SignedSize => size,
+        LongHeader::Tagged if size & 3 == 2 => return Err(bad("negative int")),
+        LongHeader::Tagged => size >> 3,
+    };
+    if ndigits > max_digits.min(5) {
+        return Err(bad("int too large"));
+    }
+    Ok(ndigits)
+}
+
+/// The non-negative `int` (below 2^128, at most `max_digits` 30-bit
+/// digits) whose bytes, from its start, are `b`: an error where they are
+/// not an `int` or do not hold all its digits.
+pub fn uint_in(t: &Target, b: &[u8], max_digits: u64) -> io::Result<u128> {
+    let o = &t.layout.objects;
+    let ndigits = digits_of(t, b, max_digits)?;
+    if b.len() < (o.long_digits + 4 * ndigits) as usize {
+        return Err(bad("int cut short"));
+    }
+    let digit = |i: usize| (rd_u32(b, o.long_digits as usize + 4 * i) & 0x3fff_ffff) as u128;
+    let top = ndigits.checked_sub(1).map_or(0, |i| digit(i as usize));
+    // 4 full digits hold 120 bits: the fifth may hold 8 more.
+    if ndigits == 5 && top >> 8 != 0 {
+        return Err(bad("int too large"));
+    }
+    Ok((0..ndigits as usize).map(|i| digit(i) << (30 * i)).sum())
 }

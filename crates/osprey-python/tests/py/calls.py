@@ -11,7 +11,9 @@ short: calls of a microsecond or so, most of them entered from C: `Made.__init__
 through `map`, `Key.__hash__` from a dict lookup, the generator `produce`
 resumed by `sum`, and `direct` called from Python; `short_loop` itself a few
 percent. task_short: the same calls in two asyncio tasks (`short_task`) that
-take turns at each round.
+take turns at each round. span_short: the same calls in `span_loop`, 20 rounds
+per OpenTelemetry span (the real SDK on PYTHONPATH), the span current
+while they run.
 Prints "ready" once running; runs until killed."""
 import sys
 
@@ -113,6 +115,25 @@ async def short_task():
         await asyncio.sleep(0)
 
 
+def span_loop():
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())
+    tracer = trace.get_tracer("osprey-accuracy")
+    keys = [Key() for _ in range(2)]
+    table = {k: i for i, k in enumerate(keys)}
+    sizes = [20] * 4
+    while True:
+        with tracer.start_as_current_span("batch"):
+            for _ in range(20):
+                list(map(Made, sizes))
+                for k in keys:
+                    table[k]
+                sum(produce(30))
+                direct(60)
+
+
 async def two_tasks():
     import asyncio
 
@@ -133,6 +154,8 @@ def main():
             consume(2000)
     if sys.argv[1] == "short":
         short_loop()
+    if sys.argv[1] == "span_short":
+        span_loop()
     if sys.argv[1] == "task_short":
         import asyncio
 

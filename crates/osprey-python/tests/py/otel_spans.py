@@ -8,9 +8,13 @@ burning SPAN_MS (default 30) of CPU in `in_root`, then a child span `child`
 burning as long in `in_child`, then, outside any span, `outside` burning
 SPAN_MS / 3 between short sleeps. Every span it used is written to OUT, one
 line each: `TID KIND SPAN_ID TRACE_ID ROOT_SPAN_ID` (native thread id, ids in
-hex). Prints "ready" once the threads run.
+hex). Prints "ready" once the threads run. With OSPREY_EXTRA_VARS=N, each
+thread first sets N context variables of its own (more than 16 make the
+context's HAMT root an array node).
 """
 
+import contextvars
+import os
 import sys
 import threading
 import time
@@ -43,7 +47,12 @@ def outside(seconds):
     return burn(seconds)
 
 
+EXTRA_VARS = [contextvars.ContextVar("extra%d" % i) for i in range(int(os.environ.get("OSPREY_EXTRA_VARS", "0")))]
+
+
 def worker(stop_at, span_s, lines, lock):
+    for v in EXTRA_VARS:
+        v.set(1)
     tid = threading.get_native_id()
     mine = []
     while time.time() < stop_at:
