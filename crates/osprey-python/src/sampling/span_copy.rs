@@ -531,3 +531,44 @@ fn popcount(a: &mut Asm, x: u8, t: u8) {
     a.alu_imm(Alu::Rsh, x, 24);
     a.alu_imm(Alu::And, x, 0xff);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The walk fits the kernel's limit for a program of any user
+    /// (BPF_MAXINSNS), whatever the version's layouts; needs root (a map).
+    #[test]
+    fn the_walk_stays_small_on_every_version() {
+        for minor in 8..=15 {
+            let l = Layout::for_version(3, minor).unwrap_or_else(|| Layout::base(minor));
+            let Ok(code) = SpanCode::new(&l) else { return };
+            let mut a = Asm::default();
+            let site = Site {
+                config: osprey_perf::bpf::R7,
+                entry: osprey_perf::bpf::R8,
+                area: 40,
+                stack_low: -272,
+                stack_high: -16,
+            };
+            code.emit(&mut a, site);
+            eprintln!("3.{minor}: {} instructions", a.len());
+            assert!(a.len() < 4096, "3.{minor}: {} instructions", a.len());
+        }
+    }
+
+    #[test]
+    fn switches_are_written_last() {
+        let mut r = Recipe { var: 0x1000, hash: 7, ..Recipe::default() };
+        r.classes[0] = SpanClass { ty: 0x2000, param: 1, keys: 2, context_slot: 3, parent_slot: Some(4) };
+        let first = r.bytes(&Recipe::default());
+        let word = |b: &[u8], off: i16| u64::from_ne_bytes(b[off as usize..off as usize + 8].try_into().unwrap());
+        assert_eq!((word(&first, at::ENABLED), word(&first, at::CLASSES)), (0, 0));
+        assert_eq!(
+            (word(&first, at::VAR), word(&first, at::CLASSES + 24), word(&first, at::CLASSES + 32)),
+            (0x1000, 3, 5)
+        );
+        let second = r.bytes(&r);
+        assert_eq!((word(&second, at::ENABLED), word(&second, at::CLASSES)), (1, 0x2000));
+    }
+}
