@@ -288,13 +288,12 @@ pub const R10: Reg = 10;
 #[derive(Clone, Copy)]
 pub struct Label(usize);
 
-/// Conditions of jumps (unsigned compares; `Set`: `dst & src != 0`).
+/// Conditions of jumps (unsigned compares).
 #[derive(Clone, Copy)]
 pub enum Cond {
     Eq = 0x10,
     Gt = 0x20,
     Ge = 0x30,
-    Set = 0x40,
     Ne = 0x50,
 }
 
@@ -304,7 +303,6 @@ pub enum Alu {
     Add = 0x00,
     Sub = 0x10,
     Mul = 0x20,
-    Or = 0x40,
     And = 0x50,
     Lsh = 0x60,
     Rsh = 0x70,
@@ -461,5 +459,22 @@ mod tests {
         assert_eq!(p[2], Insn { code: 0x79, regs: 0xa2, off: -16, imm: 0 });
         assert_eq!(p[3], Insn { code: 0x18, regs: 0x11, off: 0, imm: 5 });
         assert_eq!(p[5].code, 0x95);
+    }
+
+    #[test]
+    fn arithmetic_and_register_jumps_encode_as_the_uapi_header_does() {
+        let mut a = Asm::default();
+        let end = a.label();
+        a.alu_imm(Alu::Rsh, R1, 5); // BPF_ALU64_IMM(BPF_RSH, 1, 5)
+        a.alu(Alu::Lsh, R2, R1); // BPF_ALU64_REG(BPF_LSH, 2, 1)
+        a.jump_if_reg(Cond::Gt, R1, R2, end); // BPF_JMP_REG(BPF_JGT, 1, 2, +1)
+        a.load(Size::B, R3, R10, -3); // BPF_LDX_MEM(BPF_B, 3, 10, -3)
+        a.place(end);
+        a.exit();
+        let p = a.finish();
+        assert_eq!(p[0], Insn { code: 0x77, regs: 0x01, off: 0, imm: 5 });
+        assert_eq!(p[1], Insn { code: 0x6f, regs: 0x12, off: 0, imm: 0 });
+        assert_eq!(p[2], Insn { code: 0x2d, regs: 0x21, off: 1, imm: 0 });
+        assert_eq!(p[3], Insn { code: 0x71, regs: 0xa3, off: -3, imm: 0 });
     }
 }
