@@ -6,7 +6,8 @@
 //! beyond `MAX_DEPTH` with a `[truncated]` frame, and counted. With
 //! `blocking`, no read is torn or retried. Short calls from C, nested short
 //! calls and a loop over a generator keep their shares in the default mode,
-//! within 2 points of py-spy's stopped reads.
+//! within 2 points of py-spy's stopped reads, and so do short calls inside
+//! OpenTelemetry spans.
 
 mod common;
 
@@ -22,7 +23,11 @@ use common::INTERPRETERS;
 const PY_VERSIONS: [&str; 8] = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "forky-3.14", "forky-3.15"];
 
 fn start(py: &common::Py, args: &[&str]) -> common::Workload {
-    py.start_script(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/calls.py"), args)
+    start_env(py, args, &[])
+}
+
+fn start_env(py: &common::Py, args: &[&str], env: &[(&str, &str)]) -> common::Workload {
+    py.start_script_env(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/calls.py"), args, env)
 }
 
 fn collect(pid: i32, hz: u32, secs: f64) -> (Vec<ProfileData>, osprey_python::Summary) {
@@ -213,43 +218,77 @@ fn generators_keep_their_share_and_callers() {
 fn default_mode_within_two_points_of_py_spy() {
     const FUNCS: [(&str, &[&str]); 2] =
         [("short", &["__init__", "__hash__", "produce", "direct", "short_loop"]), ("gen", &["produce", "consume"])];
-    // Per interpreter and workload, every attempt's samples: a miss is
-    // judged again on every attempt's samples together.
-    type Pool = (Vec<ProfileData>, std::collections::HashMap<String, f64>, u64, u64, u64);
-    let mut pools = std::collections::HashMap::<(String, &str), Pool>::new();
+    let mut pools = std::collections::HashMap::new();
     on_each(&INTERPRETERS, |v, py| {
-        let mut lines = Vec::new();
-        let mut met = true;
-        for (workload, funcs) in FUNCS {
-            let w = start(py, &[workload]);
-            let (read, spy, rounds, copied, missed) = pools.entry((v.to_string(), workload)).or_default();
-            let mut spied = 0;
-            for _ in 0..4 {
-                let (profiles, summary) = collect_with(w.pid(), 1000, 2.0, false);
-                read.extend(profiles);
-                let i = summary.interrupt.expect("copies at the interrupt (run as root)");
-                (*copied, *missed) = (*copied + i.copied, *missed + i.missed);
-                let (shares, n) = osprey_testkit::readers::py_spy_flat(w.pid(), 2, 1000);
-                for (f, s) in shares {
-                    *spy.entry(f).or_default() += s;
-                }
-                spied += n;
-                *rounds += 1;
-            }
-            let share = flat_cpu(read);
-            let ours: Vec<f64> = funcs.iter().map(|f| share(f)).collect();
-            let theirs: Vec<f64> = funcs.iter().map(|f| spy.get(*f).copied().unwrap_or(0.0) / *rounds as f64).collect();
-            let worst = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-            let samples: i64 = read.iter().flat_map(|p| &p.samples).map(|s| s.values[0]).sum();
-            lines.push(format!(
-                "{workload} {funcs:?} {ours:.1?} ({samples} samples over {rounds} rounds, {copied} copied at the \
-                 interrupt, {missed} read from outside), py-spy {theirs:.1?} ({spied} this attempt); largest \
-                 difference {worst:.1}"
-            ));
-            met &= worst <= 2.0 && *copied * 10 >= samples as u64 * 9;
-        }
-        (format!("{v}: {}", lines.join("; ")), met)
+        let (lines, met): (Vec<String>, Vec<bool>) = FUNCS
+            .iter()
+            .map(|&(workload, funcs)| {
+                against_py_spy(py, &[], workload, funcs, pools.entry((v.to_string(), workload)).or_default())
+            })
+            .unzip();
+        (format!("{v}: {}", lines.join("; ")), met.iter().all(|&m| m))
     });
+}
+
+/// The same short calls inside OpenTelemetry spans (the real SDK, 20 rounds
+/// a span): a running thread's span is copied at its interrupt with its
+/// frames, so its stack is as exact as without spans. Two interpreters
+/// whose instances keep attributes differently (`otel_spans` checks the
+/// span copies on every one).
+#[test]
+fn inside_spans_within_two_points_of_py_spy() {
+    const FUNCS: [&str; 5] = ["__init__", "__hash__", "produce", "direct", "span_loop"];
+    let mut pools = std::collections::HashMap::new();
+    on_each(&["3.11", "3.12"], |v, py| {
+        let Some(sdk) = osprey_testkit::python::otel_sdk(py, v) else { return (format!("{v}: no SDK"), true) };
+        let pool = pools.entry(v.to_string()).or_default();
+        let (line, met) = against_py_spy(py, &[("PYTHONPATH", &sdk)], "span_short", &FUNCS, pool);
+        (format!("{v}: {line}"), met)
+    });
+}
+
+/// Every attempt's samples of one interpreter and workload (a miss is
+/// judged again on them all together): osprey's profiles, py-spy's summed
+/// shares, rounds, stacks copied at the interrupt and read from outside.
+type Pool = (Vec<ProfileData>, std::collections::HashMap<String, f64>, u64, u64, u64);
+
+/// `workload` of `calls.py` (with `env`) sampled by osprey's default mode
+/// and py-spy in turns, 2 s each, 4 rounds, added to `pool`: the line, and
+/// whether every share of `funcs` over the pool is within 2 points of
+/// py-spy's and 90% of the samples were copied at the interrupt.
+fn against_py_spy(
+    py: &common::Py,
+    env: &[(&str, &str)],
+    workload: &str,
+    funcs: &[&str],
+    pool: &mut Pool,
+) -> (String, bool) {
+    let w = start_env(py, &[workload], env);
+    let (read, spy, rounds, copied, missed) = pool;
+    let mut spied = 0;
+    for _ in 0..4 {
+        let (profiles, summary) = collect_with(w.pid(), 1000, 2.0, false);
+        read.extend(profiles);
+        let i = summary.interrupt.expect("copies at the interrupt (run as root)");
+        (*copied, *missed) = (*copied + i.copied, *missed + i.missed);
+        let (shares, n) = osprey_testkit::readers::py_spy_flat(w.pid(), 2, 1000);
+        for (f, s) in shares {
+            *spy.entry(f).or_default() += s;
+        }
+        spied += n;
+        *rounds += 1;
+    }
+    let share = flat_cpu(read);
+    let ours: Vec<f64> = funcs.iter().map(|f| share(f)).collect();
+    let theirs: Vec<f64> = funcs.iter().map(|f| spy.get(*f).copied().unwrap_or(0.0) / *rounds as f64).collect();
+    let worst = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    let samples: i64 = read.iter().flat_map(|p| &p.samples).map(|s| s.values[0]).sum();
+    let line = format!(
+        "{workload} {funcs:?} {ours:.1?} ({samples} samples over {rounds} rounds, {copied} copied at the \
+         interrupt, {missed} read from outside), py-spy {theirs:.1?} ({spied} this attempt); largest \
+         difference {worst:.1}"
+    );
+    (line, worst <= 2.0 && *copied * 10 >= samples as u64 * 9)
 }
 
 /// `blocking`: the running thread stands still while its stack is read, so

@@ -144,6 +144,13 @@ impl Interrupt {
         }
     }
 
+    /// The last copy [`Interrupt::copy`] gave was not used (its span was
+    /// not known): the thread was read from outside.
+    pub fn set_aside(&mut self) {
+        self.stats.copied = self.stats.copied.saturating_sub(1);
+        self.stats.missed += 1;
+    }
+
     /// Stops watching threads not in `tids`.
     pub fn retain_threads(&mut self, tids: &[i32]) {
         let gone: Vec<i32> = self.threads.keys().filter(|t| !tids.contains(t)).copied().collect();

@@ -339,8 +339,13 @@ impl Sampler {
                     let _ = self.spans.read(&self.target, tstate, mark);
                     Ok(None)
                 };
-                if let Ok(span) = span {
-                    return (read_copied(&self.target, &mut self.walks, c.top, c.frames), c.mark, span);
+                match span {
+                    Ok(span) => return (read_copied(&self.target, &mut self.walks, c.top, c.frames), c.mark, span),
+                    Err(_) => {
+                        if let Some(i) = self.interrupt.as_mut() {
+                            i.set_aside();
+                        }
+                    }
                 }
             }
         }
