@@ -396,24 +396,33 @@ impl Asm {
         self.jumps.push((self.insns.len(), to));
         self.push(0x0d | cond as u8, dst, src, 0, 0);
     }
-    /// `R0` = the value of one-entry map `fd` (a [`ValueMap`]), never null
-    /// after the jump to `missing`. Uses 4 bytes of stack at `key_off`.
-    pub fn lookup0(&mut self, fd: i32, key_off: i16, missing: Label) {
-        self.store_imm(Size::W, R10, key_off, 0);
+    /// `R0` = the value of map `fd` at the u32 key stored at `R10 + key_off`,
+    /// never null after the jump to `missing`.
+    pub fn lookup(&mut self, fd: i32, key_off: i16, missing: Label) {
         self.map(R1, fd);
         self.mov(R2, R10);
         self.add_imm(R2, key_off as i32);
         self.call(helper::MAP_LOOKUP_ELEM);
         self.jump_if(Cond::Eq, R0, 0, missing);
     }
+    /// [`Asm::lookup`] of one-entry map `fd` (a [`ValueMap`]): its key 0
+    /// stored at `R10 + key_off` first.
+    pub fn lookup0(&mut self, fd: i32, key_off: i16, missing: Label) {
+        self.store_imm(Size::W, R10, key_off, 0);
+        self.lookup(fd, key_off, missing);
+    }
     /// `probe_read_user(dst + dst_off, len, src + src_off)`, jumping to
     /// `fault` where it fails. Clobbers R0-R5; `dst` is not R3.
     pub fn read_user(&mut self, dst: Reg, dst_off: i32, len: i32, src: Reg, src_off: i32, fault: Label) {
         debug_assert!(dst != R3);
         self.mov(R3, src);
-        self.add_imm(R3, src_off);
+        if src_off != 0 {
+            self.add_imm(R3, src_off);
+        }
         self.mov(R1, dst);
-        self.add_imm(R1, dst_off);
+        if dst_off != 0 {
+            self.add_imm(R1, dst_off);
+        }
         self.mov_imm(R2, len);
         self.call(helper::PROBE_READ_USER);
         self.jump_if(Cond::Ne, R0, 0, fault);

@@ -24,7 +24,7 @@
 
 use std::io;
 
-use crate::bpf::{helper, Asm, Cond, Label, Reg, SharedArray, Size, R0, R1, R10, R2, R3, R6, R7, R8, R9};
+use crate::bpf::{helper, Asm, Cond, Reg, SharedArray, Size, R0, R1, R10, R2, R3, R6, R7, R8, R9};
 
 /// What to copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -239,16 +239,6 @@ impl std::fmt::Debug for Chain {
 /// Stack bytes [`Extra`]'s code may use.
 const EXTRA_STACK: i16 = 256;
 
-/// R0 = the value of `map_fd` at the u32 key stored at `R10 + key_off`;
-/// jumps to `missing` where there is none.
-fn lookup(a: &mut Asm, map_fd: i32, key_off: i32, missing: Label) {
-    a.map(R1, map_fd);
-    a.mov(R2, R10);
-    a.add_imm(R2, key_off);
-    a.call(helper::MAP_LOOKUP_ELEM);
-    a.jump_if(Cond::Eq, R0, 0, missing);
-}
-
 /// The program. Registers: r6 the thread id, then the nodes copied; r7
 /// the thread's config, then where the next node goes; r8 its entry; r9
 /// the pointer followed. Stack: the map keys at r10-4 and r10-8, a pointer
@@ -263,11 +253,11 @@ fn program(spec: &ChainSpec, extra: Option<&dyn Extra>, config_fd: i32, out_fd: 
     a.call(helper::GET_CURRENT_PID_TGID);
     a.mov32(R6, R0);
     a.store(Size::W, R10, -4, R6);
-    lookup(&mut a, config_fd, -4, quit);
+    a.lookup(config_fd, -4, quit);
     a.mov(R7, R0);
     a.load(Size::W, R1, R7, 0);
     a.store(Size::W, R10, -8, R1);
-    lookup(&mut a, out_fd, -8, quit);
+    a.lookup(out_fd, -8, quit);
     a.mov(R8, R0);
     // seq odd: being written.
     a.load(Size::W, R1, R8, 0);
@@ -299,13 +289,7 @@ fn program(spec: &ChainSpec, extra: Option<&dyn Extra>, config_fd: i32, out_fd: 
     a.load(Size::Dw, R9, R7, 8);
     // The first pointer, then the derefs.
     let read_ptr = |a: &mut Asm, off: i32| {
-        a.mov(R1, R10);
-        a.add_imm(R1, -16);
-        a.mov_imm(R2, 8);
-        a.mov(R3, R9);
-        a.add_imm(R3, off);
-        a.call(helper::PROBE_READ_USER);
-        a.jump_if(Cond::Ne, R0, 0, fault);
+        a.read_user(R10, -16, 8, R9, off, fault);
         a.load(Size::Dw, R9, R10, -16);
     };
     read_ptr(&mut a, 0);
@@ -321,12 +305,7 @@ fn program(spec: &ChainSpec, extra: Option<&dyn Extra>, config_fd: i32, out_fd: 
     a.jump_if(Cond::Eq, R9, 0, done);
     a.jump_if(Cond::Ge, R6, spec.max_nodes as i32, full);
     a.store(Size::Dw, R7, 0, R9);
-    a.mov(R1, R7);
-    a.add_imm(R1, 8);
-    a.mov_imm(R2, spec.node_bytes as i32);
-    a.mov(R3, R9);
-    a.call(helper::PROBE_READ_USER);
-    a.jump_if(Cond::Ne, R0, 0, fault);
+    a.read_user(R7, 8, spec.node_bytes as i32, R9, 0, fault);
     a.load(Size::Dw, R9, R7, 8 + spec.next as i16);
     a.add_imm(R6, 1);
     a.add_imm(R7, stride);

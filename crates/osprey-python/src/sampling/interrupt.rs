@@ -110,16 +110,13 @@ impl Interrupt {
             next: l.frame_previous as u32,
             max_nodes: MAX_FRAMES,
         };
-        let spans = SpanCode::new(l).map_err(|e| format!("bpf map: {e}"));
-        let with_spans = spans.as_ref().map_err(Clone::clone).and_then(|code| {
-            Chain::load(&spec, SLOTS, Some(code as &dyn osprey_perf::chain::Extra))
-                .map_err(|e| format!("bpf (with spans): {e}"))
+        let with_spans = SpanCode::new(l).map_err(|e| format!("bpf map: {e}")).and_then(|code| {
+            let chain = Chain::load(&spec, SLOTS, Some(&code)).map_err(|e| format!("bpf (with spans): {e}"))?;
+            Ok((chain, code))
         });
-        let (chain, spans, spans_error) = match (with_spans, spans) {
-            (Ok(chain), Ok(code)) => (chain, Some(code), None),
-            (Err(e), _) | (Ok(_), Err(e)) => {
-                (Chain::load(&spec, SLOTS, None).map_err(|e| format!("bpf: {e}"))?, None, Some(e))
-            }
+        let (chain, spans, spans_error) = match with_spans {
+            Ok((chain, code)) => (chain, Some(code), None),
+            Err(e) => (Chain::load(&spec, SLOTS, None).map_err(|e| format!("bpf: {e}"))?, None, Some(e)),
         };
         Ok(Interrupt {
             chain,

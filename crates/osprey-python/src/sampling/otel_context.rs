@@ -47,7 +47,6 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use crate::layout::objects::{InstanceDict, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT};
-use crate::remote::process::rd_u64;
 use crate::sampling::span_copy::{CopiedSpan, Recipe, SpanClass};
 use crate::target::contextvars::{self, Mark, NodeKinds, Var};
 use crate::target::pyobject::{Long, Reader, TPFLAGS_DICT_SUBCLASS, TPFLAGS_TUPLE_SUBCLASS};
@@ -493,14 +492,11 @@ impl Spans {
         // Once per class: a budget of its own (a class has tens of attributes).
         let r = &Reader::new(t, CLASS_BUDGET);
         let o = &t.layout.objects;
-        let Ok(tb) = r.read_bytes(ty, (o.type_flags.max(o.type_basicsize).max(o.type_dictoffset) + 8) as usize) else {
-            return;
-        };
-        let flags = rd_u64(&tb, o.type_flags as usize);
+        let Ok((flags, basic, dictoffset)) = r.instance_slots(ty) else { return };
         let param = match o.instance_dict {
-            InstanceDict::TypeOffset => rd_u64(&tb, o.type_dictoffset as usize),
+            InstanceDict::TypeOffset => dictoffset,
             InstanceDict::ValuesOrDict | InstanceDict::Tagged if flags & TPFLAGS_MANAGED_DICT != 0 => 0,
-            InstanceDict::Inline if flags & TPFLAGS_INLINE_VALUES != 0 => rd_u64(&tb, o.type_basicsize as usize),
+            InstanceDict::Inline if flags & TPFLAGS_INLINE_VALUES != 0 => basic,
             _ => return,
         };
         if o.instance_dict == InstanceDict::TypeOffset && !(1..=1 << 16).contains(&param) {

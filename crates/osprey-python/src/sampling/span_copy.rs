@@ -22,7 +22,7 @@
 
 use std::io;
 
-use osprey_perf::bpf::{Alu, Asm, Cond, Label, Size, ValueMap, R0, R1, R10, R2, R3, R4, R5, R6, R9};
+use osprey_perf::bpf::{Alu, Asm, Cond, Label, Reg, Size, ValueMap, R0, R1, R10, R2, R3, R4, R5, R6, R9};
 use osprey_perf::chain::{Extra, Site};
 
 use crate::layout::objects::{DictKeys, InstanceDict};
@@ -227,8 +227,8 @@ impl SpanCode {
 }
 
 /// Emits the walk; see the module's doc. Registers: r9 the recipe, r6 the
-/// object walked; stack: a 96-byte read buffer at `stack_low`, two spilled
-/// words above it, the recipe's key at its top.
+/// object walked; stack: [`Walk`]'s at `stack_low`, the recipe's key at its
+/// top.
 impl Extra for SpanCode {
     fn bytes(&self) -> u32 {
         out::SIZE
@@ -237,32 +237,22 @@ impl Extra for SpanCode {
     fn emit(&self, a: &mut Asm, s: Site) {
         let l = &self.l;
         let o = &l.objects;
-        let buf = s.stack_low;
-        let spill = buf + 96;
         let (end, fail, no_span) = (a.label(), a.label(), a.label());
+        let w = Walk { buf: s.stack_low, spill: s.stack_low + 96, fail };
+        let spill = w.spill;
         a.lookup0(self.map.fd(), s.stack_high - 8, end);
         a.mov(R9, R0);
         a.load(Size::Dw, R1, R9, at::ENABLED);
         a.jump_if(Cond::Eq, R1, 0, end);
-        // Reads `len` bytes at `src + off` into the buffer.
-        let read = |a: &mut Asm, src, off: i64, len: u64| {
-            a.read_user(R10, buf as i32, len as i32, src, off as i32, fail);
-        };
-        let word = |a: &mut Asm, dst, off: u64| a.load(Size::Dw, dst, R10, buf + off as i16);
-        // A recipe word in `dst`; to `fail` where it is not known yet.
-        let known = |a: &mut Asm, dst, off: i16| {
-            a.load(Size::Dw, dst, R9, off);
-            a.jump_if(Cond::Eq, dst, 0, fail);
-        };
         // The thread state, its context, the context's HAMT and root.
         a.load(Size::Dw, R6, s.config, 8);
         a.add_imm(R6, -(l.tstate_frame as i32));
-        read(a, R6, o.tstate_context as i64, 8);
-        word(a, R6, 0);
+        w.read(a, R6, o.tstate_context as i64, 8);
+        w.word(a, R6, 0);
         a.jump_if(Cond::Eq, R6, 0, no_span);
         for off in [o.context_vars, o.hamt_root] {
-            read(a, R6, off as i64, 8);
-            word(a, R6, 0);
+            w.read(a, R6, off as i64, 8);
+            w.word(a, R6, 0);
             a.jump_if(Cond::Eq, R6, 0, fail);
         }
         // The HAMT walk (hamt.c's layouts: see `target::contextvars`).
@@ -271,8 +261,8 @@ impl Extra for SpanCode {
         let found = a.label();
         for level in 0..LEVELS {
             let (bitmap, array, next) = (a.label(), a.label(), a.label());
-            read(a, R6, 0, var_head + 8);
-            word(a, R1, l.object_type);
+            w.read(a, R6, 0, var_head + 8);
+            w.word(a, R1, l.object_type);
             a.jump_if(Cond::Eq, R1, 0, fail);
             a.load(Size::Dw, R2, R9, at::BITMAP);
             a.jump_if_reg(Cond::Eq, R1, R2, bitmap);
@@ -289,7 +279,7 @@ impl Extra for SpanCode {
             slot(a);
             a.mov_imm(R2, 1);
             a.alu(Alu::Lsh, R2, R1);
-            a.load(Size::W, R3, R10, buf + var_head as i16);
+            a.load(Size::W, R3, R10, w.buf + var_head as i16);
             a.mov(R4, R3);
             a.alu(Alu::And, R4, R2);
             a.jump_if(Cond::Eq, R4, 0, no_span);
@@ -298,9 +288,9 @@ impl Extra for SpanCode {
             popcount(a, R3, R4);
             a.alu_imm(Alu::Lsh, R3, 4);
             a.alu(Alu::Add, R3, R6);
-            read(a, R3, (var_head + 8) as i64, 16);
-            word(a, R1, 0);
-            word(a, R6, 8);
+            w.read(a, R3, (var_head + 8) as i64, 16);
+            w.word(a, R1, 0);
+            w.word(a, R6, 8);
             a.jump_if(Cond::Eq, R1, 0, next);
             a.load(Size::Dw, R2, R9, at::VAR);
             a.jump_if_reg(Cond::Eq, R1, R2, found);
@@ -309,8 +299,8 @@ impl Extra for SpanCode {
             slot(a);
             a.alu_imm(Alu::Lsh, R1, 3);
             a.alu(Alu::Add, R1, R6);
-            read(a, R1, head as i64, 8);
-            word(a, R6, 0);
+            w.read(a, R1, head as i64, 8);
+            w.word(a, R6, 0);
             a.jump_if(Cond::Eq, R6, 0, no_span);
             a.place(next);
             a.jump_if(Cond::Eq, R6, 0, fail);
@@ -318,21 +308,21 @@ impl Extra for SpanCode {
         a.jump(fail);
         // The OTel Context (a dict subclass, combined table): its keys.
         a.place(found);
-        read(a, R6, 0, o.dict_keys.max(o.dict_values).max(l.object_type) + 8);
-        known(a, R2, at::CONTEXT);
-        word(a, R1, l.object_type);
+        w.read(a, R6, 0, self.dict_head());
+        w.known(a, R2, at::CONTEXT);
+        w.word(a, R1, l.object_type);
         a.jump_if_reg(Cond::Ne, R1, R2, fail);
-        word(a, R1, o.dict_values);
+        w.word(a, R1, o.dict_values);
         a.jump_if(Cond::Ne, R1, 0, fail);
-        word(a, R6, o.dict_keys);
+        w.word(a, R6, o.dict_keys);
         a.jump_if(Cond::Eq, R6, 0, fail);
         // r6: the first entry's key; spilled: entries used, entry size.
         match o.keys {
             DictKeys::Sized => {
-                read(a, R6, 0, 40);
-                word(a, R1, 8);
+                w.read(a, R6, 0, 40);
+                w.word(a, R1, 8);
                 a.jump_if(Cond::Gt, R1, 128, fail);
-                word(a, R2, 32);
+                w.word(a, R2, 32);
                 a.store(Size::Dw, R10, spill, R2);
                 a.store_imm(Size::Dw, R10, spill + 8, 24);
                 a.add_imm(R6, 40 + 8);
@@ -340,17 +330,17 @@ impl Extra for SpanCode {
             }
             DictKeys::Log2 => {
                 let unicode = a.label();
-                read(a, R6, 0, 32);
-                a.load(Size::B, R1, R10, buf + 9);
+                w.read(a, R6, 0, 32);
+                a.load(Size::B, R1, R10, w.buf + 9);
                 a.jump_if(Cond::Gt, R1, MAX_LOG2_INDEX, fail);
                 a.mov_imm(R2, 1);
                 a.alu(Alu::Lsh, R2, R1);
                 a.alu(Alu::Add, R6, R2);
                 a.add_imm(R6, 32);
-                word(a, R1, 24);
+                w.word(a, R1, 24);
                 a.store(Size::Dw, R10, spill, R1);
                 a.store_imm(Size::Dw, R10, spill + 8, 16);
-                a.load(Size::B, R1, R10, buf + 10);
+                a.load(Size::B, R1, R10, w.buf + 10);
                 a.jump_if(Cond::Ne, R1, 0, unicode);
                 a.store_imm(Size::Dw, R10, spill + 8, 24);
                 a.add_imm(R6, 8);
@@ -364,9 +354,9 @@ impl Extra for SpanCode {
             a.jump_if(Cond::Ge, R1, i + 1, more);
             a.jump(no_span);
             a.place(more);
-            read(a, R6, 0, 16);
-            word(a, R1, 0);
-            known(a, R2, at::SPAN_KEY);
+            w.read(a, R6, 0, 16);
+            w.word(a, R1, 0);
+            w.known(a, R2, at::SPAN_KEY);
             a.jump_if_reg(Cond::Eq, R1, R2, span_found);
             a.load(Size::Dw, R1, R10, spill + 8);
             a.alu(Alu::Add, R6, R1);
@@ -374,10 +364,10 @@ impl Extra for SpanCode {
         a.jump(fail);
         // The span: which class, then its values array.
         a.place(span_found);
-        word(a, R6, 8);
+        w.word(a, R6, 8);
         a.jump_if(Cond::Eq, R6, 0, fail);
-        read(a, R6, l.object_type as i64, 8);
-        word(a, R1, 0);
+        w.read(a, R6, l.object_type as i64, 8);
+        w.word(a, R1, 0);
         let classes: Vec<Label> = (0..2).map(|_| a.label()).collect();
         for (k, &c) in classes.iter().enumerate() {
             let skip = a.label();
@@ -389,7 +379,7 @@ impl Extra for SpanCode {
         a.jump(fail);
         for (k, &c) in classes.iter().enumerate() {
             a.place(c);
-            self.span(a, s, k as i16, buf, spill, fail);
+            self.span(a, s, k as i16, &w);
             a.jump(end);
         }
         a.place(no_span);
@@ -403,54 +393,51 @@ impl Extra for SpanCode {
 
 impl SpanCode {
     /// The tail of the walk for class block `k`: r6 the span, r9 the recipe.
-    fn span(&self, a: &mut Asm, s: Site, k: i16, buf: i16, spill: i16, fail: Label) {
+    fn span(&self, a: &mut Asm, s: Site, k: i16, w: &Walk) {
         let l = &self.l;
         let o = &l.objects;
         let class = at::CLASSES + k * at::CLASS;
-        let read = |a: &mut Asm, src, off: i64, len: u64| {
-            a.read_user(R10, buf as i32, len as i32, src, off as i32, fail);
-        };
-        let word = |a: &mut Asm, dst, off: u64| a.load(Size::Dw, dst, R10, buf + off as i16);
+        let (buf, spill, fail) = (w.buf, w.spill, w.fail);
         // r5: the values array.
         match o.instance_dict {
             InstanceDict::TypeOffset => {
                 a.load(Size::Dw, R1, R9, class + 8);
                 a.alu(Alu::Add, R1, R6);
-                read(a, R1, 0, 8);
-                word(a, R1, 0);
+                w.read(a, R1, 0, 8);
+                w.word(a, R1, 0);
                 a.jump_if(Cond::Eq, R1, 0, fail);
                 a.store(Size::Dw, R10, spill, R1);
-                read(a, R1, 0, o.dict_keys.max(o.dict_values).max(l.object_type) + 8);
+                w.read(a, R1, 0, self.dict_head());
                 a.load(Size::Dw, R2, R9, at::DICT);
-                word(a, R1, l.object_type);
+                w.word(a, R1, l.object_type);
                 a.jump_if_reg(Cond::Ne, R1, R2, fail);
                 a.load(Size::Dw, R2, R9, class + 16);
-                word(a, R1, o.dict_keys);
+                w.word(a, R1, o.dict_keys);
                 a.jump_if_reg(Cond::Ne, R1, R2, fail);
-                word(a, R5, o.dict_values);
+                w.word(a, R5, o.dict_values);
                 a.jump_if(Cond::Eq, R5, 0, fail);
             }
             InstanceDict::ValuesOrDict => {
-                read(a, R6, -32, 8);
-                word(a, R5, 0);
+                w.read(a, R6, -32, 8);
+                w.word(a, R5, 0);
                 a.jump_if(Cond::Eq, R5, 0, fail);
             }
             InstanceDict::Tagged => {
-                read(a, R6, -(o.managed_dict as i64), 8);
-                word(a, R5, 0);
+                w.read(a, R6, -(o.managed_dict as i64), 8);
+                w.word(a, R5, 0);
                 a.mov(R1, R5);
                 a.alu_imm(Alu::And, R1, 1);
                 a.jump_if(Cond::Eq, R1, 0, fail);
                 a.add_imm(R5, 1);
             }
             InstanceDict::Inline => {
-                read(a, R6, -(o.managed_dict as i64), 8);
-                word(a, R1, 0);
+                w.read(a, R6, -(o.managed_dict as i64), 8);
+                w.word(a, R1, 0);
                 a.jump_if(Cond::Ne, R1, 0, fail);
                 a.load(Size::Dw, R5, R9, class + 8);
                 a.alu(Alu::Add, R5, R6);
                 a.store(Size::Dw, R10, spill, R5);
-                read(a, R5, 0, 8);
+                w.read(a, R5, 0, 8);
                 a.load(Size::Dw, R5, R10, spill);
                 // `valid`, then `capacity` above the slot read.
                 a.load(Size::B, R1, R10, buf + 3);
@@ -468,15 +455,14 @@ impl SpanCode {
         a.load(Size::Dw, R1, R9, class + 24);
         a.alu_imm(Alu::Lsh, R1, 3);
         a.alu(Alu::Add, R1, R5);
-        read(a, R1, 0, 8);
-        word(a, R6, 0);
+        w.read(a, R1, 0, 8);
+        w.word(a, R6, 0);
         a.jump_if(Cond::Eq, R6, 0, fail);
         let sc = s.area + out::SPAN_CONTEXT;
         let sc_len = (o.tuple_items + 24).min(out::SPAN_CONTEXT_BYTES as u64);
         a.read_user(s.entry, sc as i32, sc_len as i32, R6, 0, fail);
         a.load(Size::Dw, R1, s.entry, sc + l.object_type as i16);
-        a.load(Size::Dw, R2, R9, at::SPAN_CONTEXT);
-        a.jump_if(Cond::Eq, R2, 0, fail);
+        w.known(a, R2, at::SPAN_CONTEXT);
         a.jump_if_reg(Cond::Ne, R1, R2, fail);
         for (i, to) in [(0, out::TRACE), (1, out::SPAN)] {
             a.load(Size::Dw, R6, s.entry, sc + o.tuple_items as i16 + 8 * i);
@@ -492,22 +478,54 @@ impl SpanCode {
         a.alu_imm(Alu::Lsh, R1, 3);
         a.load(Size::Dw, R5, R10, spill);
         a.alu(Alu::Add, R1, R5);
-        read(a, R1, 0, 8);
-        word(a, R6, 0);
+        w.read(a, R1, 0, 8);
+        w.word(a, R6, 0);
         a.jump_if(Cond::Eq, R6, 0, fail);
         a.store(Size::Dw, s.entry, s.area + out::PARENT, R6);
-        a.load(Size::Dw, R2, R9, at::NONE);
-        a.jump_if(Cond::Eq, R2, 0, fail);
+        w.known(a, R2, at::NONE);
         a.jump_if_reg(Cond::Eq, R6, R2, done);
-        read(a, R6, 0, o.tuple_items + 24);
-        word(a, R1, l.object_type);
+        w.read(a, R6, 0, o.tuple_items + 24);
+        w.word(a, R1, l.object_type);
         a.load(Size::Dw, R2, R9, at::SPAN_CONTEXT);
         a.jump_if_reg(Cond::Ne, R1, R2, fail);
-        word(a, R1, o.tuple_items + 16);
+        w.word(a, R1, o.tuple_items + 16);
         a.store(Size::Dw, s.entry, s.area + out::PARENT_REMOTE, R1);
         a.place(done);
         a.store_imm(Size::Dw, s.entry, s.area + out::CLASS, k as i32);
         a.store_imm(Size::Dw, s.entry, s.area + out::STATUS, SPAN);
+    }
+}
+
+/// The walk's stack (a 96-byte read buffer, two spilled words above it)
+/// and where it goes when it meets anything the recipe does not have.
+struct Walk {
+    buf: i16,
+    spill: i16,
+    fail: Label,
+}
+
+impl Walk {
+    /// Reads `len` bytes at `src + off` into the buffer.
+    fn read(&self, a: &mut Asm, src: Reg, off: i64, len: u64) {
+        a.read_user(R10, self.buf as i32, len as i32, src, off as i32, self.fail);
+    }
+    /// `dst` = the buffer's word at `off`.
+    fn word(&self, a: &mut Asm, dst: Reg, off: u64) {
+        a.load(Size::Dw, dst, R10, self.buf + off as i16);
+    }
+    /// `dst` = the recipe's word at `off` (r9: the recipe); to `fail` where
+    /// it is not known yet.
+    fn known(&self, a: &mut Asm, dst: Reg, off: i16) {
+        a.load(Size::Dw, dst, R9, off);
+        a.jump_if(Cond::Eq, dst, 0, self.fail);
+    }
+}
+
+impl SpanCode {
+    /// Bytes read of a dict's head: its type, keys and values pointers.
+    fn dict_head(&self) -> u64 {
+        let (l, o) = (&self.l, &self.l.objects);
+        o.dict_keys.max(o.dict_values).max(l.object_type) + 8
     }
 }
 

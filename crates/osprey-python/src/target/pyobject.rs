@@ -292,14 +292,22 @@ impl<'a> Reader<'a> {
         Ok((base, n, esize, key_at as usize))
     }
 
+    /// What says where instances of type `ty` keep their attributes: its
+    /// `tp_flags`, `tp_basicsize` and `tp_dictoffset`, in one read.
+    pub fn instance_slots(&self, ty: u64) -> io::Result<(u64, u64, u64)> {
+        let o = &self.t.layout.objects;
+        let tb = self.read(ty, (o.type_flags.max(o.type_basicsize).max(o.type_dictoffset) + 8) as usize)?;
+        let at = |off: u64| rd_u64(&tb, off as usize);
+        Ok((at(o.type_flags), at(o.type_basicsize), at(o.type_dictoffset)))
+    }
+
     /// The attributes (`__dict__` entries) of the instance at `obj`.
     pub fn attrs(&self, obj: u64) -> io::Result<Entries> {
         let o = &self.t.layout.objects;
         let ty = self.u64(obj + self.t.layout.object_type)?;
-        let tb = self.read(ty, (o.type_flags.max(o.type_basicsize).max(o.type_dictoffset) + 8) as usize)?;
-        let flags = rd_u64(&tb, o.type_flags as usize);
+        let (flags, basic, dictoffset) = self.instance_slots(ty)?;
         if o.instance_dict == InstanceDict::TypeOffset || flags & TPFLAGS_MANAGED_DICT == 0 {
-            let off = rd_u64(&tb, o.type_dictoffset as usize) as i64;
+            let off = dictoffset as i64;
             if off <= 0 || off > 1 << 16 {
                 return Err(bad("no instance dict"));
             }
@@ -331,7 +339,6 @@ impl<'a> Reader<'a> {
                 if flags & TPFLAGS_INLINE_VALUES == 0 {
                     return Err(bad("no instance dict"));
                 }
-                let basic = rd_u64(&tb, o.type_basicsize as usize);
                 if !(16..=1 << 16).contains(&basic) {
                     return Err(bad("bad tp_basicsize"));
                 }
