@@ -33,6 +33,9 @@ pub mod helper {
     pub const MAP_LOOKUP_ELEM: i32 = 1;
     pub const KTIME_GET_NS: i32 = 5;
     pub const GET_CURRENT_PID_TGID: i32 = 14;
+    /// The running event's `bpf_perf_event_value` (count, enabled,
+    /// running); zeroed on an error.
+    pub const PERF_PROG_READ_VALUE: i32 = 56;
     /// Linux 5.5; fails (never faults) on memory not mapped or not resident.
     pub const PROBE_READ_USER: i32 = 112;
 }
@@ -249,7 +252,9 @@ pub(crate) fn load(name: &str, insns: &[Insn]) -> io::Result<OwnedFd> {
             let again = attr(1, &mut log).call(PROG_LOAD);
             let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
             let text = String::from_utf8_lossy(&log[..end]);
-            let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
+            // The reason is the last line before the statistics.
+            let stats = |l: &str| l.is_empty() || l.starts_with("processed ") || l.starts_with("verification time");
+            let last = text.lines().map(str::trim).rev().find(|l| !stats(l)).unwrap_or("").to_string();
             match again {
                 Ok(fd) => Ok(fd),
                 Err(e2) => Err(io::Error::new(e2.kind(), format!("{e}: verifier: {last}"))),
@@ -468,6 +473,34 @@ mod tests {
         assert_eq!(p[2], Insn { code: 0x79, regs: 0xa2, off: -16, imm: 0 });
         assert_eq!(p[3], Insn { code: 0x18, regs: 0x11, off: 0, imm: 5 });
         assert_eq!(p[5].code, 0x95);
+    }
+
+    #[test]
+    fn helper_numbers_are_the_uapi_headers() {
+        let Ok(h) = std::fs::read_to_string("/usr/include/linux/bpf.h") else {
+            eprintln!("SKIPPED: no /usr/include/linux/bpf.h (linux-libc-dev)");
+            return;
+        };
+        // `FN(name)` in order from 0, or `FN(name, number, ...)` since 6.1.
+        let mapper = h.split("#define __BPF_FUNC_MAPPER").nth(1).expect("the helper list");
+        let number = |name: &str| {
+            let mut at = 0;
+            for l in mapper.lines().map(str::trim).take_while(|l| l.starts_with("FN(") || l.ends_with('\\')) {
+                let Some(args) = l.strip_prefix("FN(").and_then(|l| l.split(')').next()) else { continue };
+                let mut parts = args.split(',').map(str::trim);
+                let (n, explicit) = (parts.next(), parts.next().and_then(|n| n.parse::<i32>().ok()));
+                if n == Some(name) {
+                    return explicit.unwrap_or(at);
+                }
+                at = explicit.unwrap_or(at) + 1;
+            }
+            panic!("{name} is not in the header");
+        };
+        assert_eq!(helper::MAP_LOOKUP_ELEM, number("map_lookup_elem"));
+        assert_eq!(helper::KTIME_GET_NS, number("ktime_get_ns"));
+        assert_eq!(helper::GET_CURRENT_PID_TGID, number("get_current_pid_tgid"));
+        assert_eq!(helper::PERF_PROG_READ_VALUE, number("perf_prog_read_value"));
+        assert_eq!(helper::PROBE_READ_USER, number("probe_read_user"));
     }
 
     #[test]

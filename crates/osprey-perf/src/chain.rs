@@ -53,8 +53,8 @@ impl ChainSpec {
 /// mark: u64` (0: none).
 const CONFIG: usize = 24;
 /// A copy's header: `seq: u32, tid: u32, n: u32, end: u32, time: u64, top:
-/// u64, mark: u64`.
-const HEAD: usize = 40;
+/// u64, mark: u64, count: u64`.
+const HEAD: usize = 48;
 
 /// Code of the caller's run in the program, after the mark and before the
 /// chain, to copy more of the thread's memory in the same run.
@@ -109,6 +109,9 @@ pub struct Copied {
     pub seq: u32,
     /// When the program ran (`CLOCK_MONOTONIC`, ns).
     pub time_ns: u64,
+    /// The event's count then ([`crate::Counts::cpu_ns`] of the thread's
+    /// [`crate::ThreadSampler`]: its CPU time); 0 if it could not be read.
+    pub count: u64,
     /// The first node's address (0: the chain was empty).
     pub top: u64,
     /// The word at the thread's mark address in the same run (0 if it has
@@ -211,7 +214,7 @@ impl Chain {
                 2 => ChainEnd::Full,
                 _ => ChainEnd::Fault,
             };
-            let (time_ns, top, mark) = (self.out.word(slot, 16), self.out.word(slot, 24), self.out.word(slot, 32));
+            let [time_ns, top, mark, count] = [16, 24, 32, 40].map(|at| self.out.word(slot, at));
             let mut extra = vec![0u8; self.extra];
             self.out.copy(slot, HEAD, &mut extra);
             let mut raw = vec![0u8; n * stride];
@@ -224,7 +227,7 @@ impl Chain {
                 .chunks_exact(stride)
                 .map(|c| (u64::from_ne_bytes(c[..8].try_into().unwrap_or_default()), c[8..].to_vec()))
                 .collect();
-            return Some(Copied { seq, time_ns, top, mark, nodes, extra, end });
+            return Some(Copied { seq, time_ns, count, top, mark, nodes, extra, end });
         }
         None
     }
@@ -242,7 +245,8 @@ const EXTRA_STACK: i16 = 256;
 /// The program. Registers: r6 the thread id, then the nodes copied; r7
 /// the thread's config, then where the next node goes; r8 its entry; r9
 /// the pointer followed. Stack: the map keys at r10-4 and r10-8, a pointer
-/// read at r10-16; 16 bytes in all, and [`EXTRA_STACK`] below for `extra`.
+/// read at r10-16; 16 bytes in all, and [`EXTRA_STACK`] below for `extra`
+/// (whose top 24 bytes hold the event's value until the entry is found).
 ///
 /// Each node's offset in the entry is a constant per loop iteration (the
 /// verifier walks the bounded loop iteration by iteration), so every write
@@ -250,6 +254,12 @@ const EXTRA_STACK: i16 = 256;
 fn program(spec: &ChainSpec, extra: Option<&dyn Extra>, config_fd: i32, out_fd: i32) -> Asm {
     let mut a = Asm::default();
     let (quit, fault, done, full, next, close) = (a.label(), a.label(), a.label(), a.label(), a.label(), a.label());
+    // While r1 is the context: the event's count, the thread's CPU time.
+    const VALUE: i16 = -40;
+    a.mov(R2, R10);
+    a.add_imm(R2, VALUE as i32);
+    a.mov_imm(R3, 24);
+    a.call(helper::PERF_PROG_READ_VALUE);
     a.call(helper::GET_CURRENT_PID_TGID);
     a.mov32(R6, R0);
     a.store(Size::W, R10, -4, R6);
@@ -268,6 +278,8 @@ fn program(spec: &ChainSpec, extra: Option<&dyn Extra>, config_fd: i32, out_fd: 
     a.store(Size::Dw, R8, 24, R6);
     a.call(helper::KTIME_GET_NS);
     a.store(Size::Dw, R8, 16, R0);
+    a.load(Size::Dw, R1, R10, VALUE);
+    a.store(Size::Dw, R8, 40, R1);
     // The mark: zero where there is none or it cannot be read (the helper
     // zeroes its destination on a fault).
     let no_mark = a.label();

@@ -121,6 +121,7 @@ fn a_chain_copied_at_the_interrupt_is_never_torn() {
     events.resume().expect("resume");
     let rd = |b: &[u8], at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().unwrap());
     let (mut copies, mut torn, mut deep, mut last, mut marked) = (0, 0, 0, 0, 0);
+    let (mut last_count, mut max_behind) = (0, 0);
     let started = std::time::Instant::now();
     while copies < 1000 && started.elapsed() < Duration::from_secs(20) {
         let Some(c) = chain.latest(2, tid) else { continue };
@@ -129,6 +130,11 @@ fn a_chain_copied_at_the_interrupt_is_never_torn() {
         }
         last = c.seq;
         assert_eq!(c.end, ChainEnd::Whole);
+        // The event's count at the run: the thread's CPU time, which only
+        // grows, and is the event's own count of a moment ago.
+        let now = events.counts().expect("the event's count").cpu_ns;
+        assert!(c.count > last_count && c.count <= now, "count {} after {last_count}, event at {now}", c.count);
+        (last_count, max_behind) = (c.count, max_behind.max(now - c.count));
         let nodes: Vec<_> = c.nodes.iter().map(|(a, b)| (*a, rd(b, 0), rd(b, 8), rd(b, 16))).collect();
         assert_eq!(c.top, nodes.first().map_or(0, |n| n.0));
         copies += 1;
@@ -156,8 +162,11 @@ fn a_chain_copied_at_the_interrupt_is_never_torn() {
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
     eprintln!(
-        "{copies} copies at the interrupt, {torn} torn, {deep} deeper than 3 ({marked} with their depth word); {outside_torn} of 2000 torn from outside"
+        "{copies} copies at the interrupt, {torn} torn, {deep} deeper than 3 ({marked} with their depth word), at most {max_behind} ns of CPU behind; {outside_torn} of 2000 torn from outside"
     );
+    // One period of CPU time between runs, the thread always running.
+    let period = config.period_ns();
+    assert!(max_behind < 10 * period, "a copy {max_behind} ns of CPU behind the event, period {period} ns");
     assert!(marked > copies / 5, "the depth word was read with the copies: {marked} of {copies}");
     assert!(copies >= 1000, "{copies} copies in 20 s");
     assert_eq!(torn, 0);

@@ -248,9 +248,38 @@ fn inside_spans_within_two_points_of_py_spy() {
 }
 
 /// Every attempt's samples of one interpreter and workload (a miss is
-/// judged again on them all together): osprey's profiles, py-spy's summed
-/// shares, rounds, stacks copied at the interrupt and read from outside.
-type Pool = (Vec<ProfileData>, std::collections::HashMap<String, f64>, u64, u64, u64);
+/// judged again on them all together).
+#[derive(Default)]
+struct Pool {
+    /// osprey's profiles.
+    read: Vec<ProfileData>,
+    /// py-spy's shares, summed over the rounds.
+    spy: std::collections::HashMap<String, f64>,
+    rounds: u64,
+    /// Stacks copied at the interrupt, and running threads read from outside.
+    copied: u64,
+    missed: u64,
+}
+
+impl Pool {
+    fn add(&mut self, o: Pool) {
+        self.read.extend(o.read);
+        for (f, s) in o.spy {
+            *self.spy.entry(f).or_default() += s;
+        }
+        (self.rounds, self.copied, self.missed) =
+            (self.rounds + o.rounds, self.copied + o.copied, self.missed + o.missed);
+    }
+}
+
+/// An attempt in which the process waited for a CPU more than this share
+/// of the time (%) was made on a busy machine: py-spy's shares then move
+/// by 3-6 points from one attempt to the next (its reads fall where the
+/// process was preempted, several in a row), osprey's hold within 1 (its
+/// samples are of the process's CPU time). It is made again, twice at
+/// most. On a quiet machine, py-spy's stops on the process's CPU and
+/// osprey's sampler make it wait 13-14%; another busy process, 40-45%.
+const BUSY: f64 = 25.0;
 
 /// `workload` of `calls.py` (with `env`) sampled by osprey's default mode
 /// and py-spy in turns, 2 s each, 4 rounds, added to `pool`: the line, and
@@ -263,32 +292,55 @@ fn against_py_spy(
     funcs: &[&str],
     pool: &mut Pool,
 ) -> (String, bool) {
-    let w = start_env(py, &[workload], env);
-    let (read, spy, rounds, copied, missed) = pool;
-    let mut spied = 0;
-    for _ in 0..4 {
-        let (profiles, summary) = collect_with(w.pid(), 1000, 2.0, false);
-        read.extend(profiles);
-        let i = summary.interrupt.expect("copies at the interrupt (run as root)");
-        (*copied, *missed) = (*copied + i.copied, *missed + i.missed);
-        let (shares, n) = osprey_testkit::readers::py_spy_flat(w.pid(), 2, 1000);
-        for (f, s) in shares {
-            *spy.entry(f).or_default() += s;
+    let (mut spied, mut wait) = (0, 0.0);
+    for again in 0..3 {
+        let mut this = Pool::default();
+        (spied, wait) = attempt(py, env, workload, &mut this);
+        if wait <= BUSY || again == 2 {
+            pool.add(this);
+            break;
         }
-        spied += n;
-        *rounds += 1;
+        eprintln!(
+            "{workload}: the process waited for a CPU {wait:.0}% of the attempt (a busy machine): measured again"
+        );
     }
-    let share = flat_cpu(read);
+    let share = flat_cpu(&pool.read);
     let ours: Vec<f64> = funcs.iter().map(|f| share(f)).collect();
-    let theirs: Vec<f64> = funcs.iter().map(|f| spy.get(*f).copied().unwrap_or(0.0) / *rounds as f64).collect();
+    let rounds = pool.rounds;
+    let theirs: Vec<f64> = funcs.iter().map(|f| pool.spy.get(*f).copied().unwrap_or(0.0) / rounds as f64).collect();
     let worst = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-    let samples: i64 = read.iter().flat_map(|p| &p.samples).map(|s| s.values[0]).sum();
+    let samples: i64 = pool.read.iter().flat_map(|p| &p.samples).map(|s| s.values[0]).sum();
+    let (copied, missed) = (pool.copied, pool.missed);
     let line = format!(
         "{workload} {funcs:?} {ours:.1?} ({samples} samples over {rounds} rounds, {copied} copied at the \
-         interrupt, {missed} read from outside), py-spy {theirs:.1?} ({spied} this attempt); largest \
-         difference {worst:.1}"
+         interrupt, {missed} read from outside), py-spy {theirs:.1?} ({spied} this attempt, the process \
+         waiting for a CPU {wait:.0}% of it); largest difference {worst:.1}"
     );
-    (line, worst <= 2.0 && *copied * 10 >= samples as u64 * 9)
+    (line, worst <= 2.0 && copied * 10 >= samples as u64 * 9)
+}
+
+/// One attempt of [`against_py_spy`] into `pool`: py-spy's samples, and
+/// the share of the time (%) the process's main thread waited for a CPU.
+fn attempt(py: &common::Py, env: &[(&str, &str)], workload: &str, pool: &mut Pool) -> (u64, f64) {
+    let w = start_env(py, &[workload], env);
+    let waited_ns = || {
+        let s = std::fs::read_to_string(format!("/proc/{}/schedstat", w.pid())).unwrap_or_default();
+        s.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0)
+    };
+    let (waited_before, began, mut spied) = (waited_ns(), std::time::Instant::now(), 0);
+    for _ in 0..4 {
+        let (profiles, summary) = collect_with(w.pid(), 1000, 2.0, false);
+        pool.read.extend(profiles);
+        let i = summary.interrupt.expect("copies at the interrupt (run as root)");
+        (pool.copied, pool.missed) = (pool.copied + i.copied, pool.missed + i.missed);
+        let (shares, n) = osprey_testkit::readers::py_spy_flat(w.pid(), 2, 1000);
+        for (f, s) in shares {
+            *pool.spy.entry(f).or_default() += s;
+        }
+        spied += n;
+        pool.rounds += 1;
+    }
+    (spied, 100.0 * waited_ns().saturating_sub(waited_before) as f64 / began.elapsed().as_nanos() as f64)
 }
 
 /// `blocking`: the running thread stands still while its stack is read, so

@@ -28,7 +28,7 @@
 
 use std::collections::HashMap;
 
-use osprey_perf::chain::{Chain, ChainEnd, ChainSpec};
+use osprey_perf::chain::{Chain, ChainEnd, ChainSpec, Copied};
 use osprey_perf::{Config, ThreadSampler};
 
 use crate::layout::Layout;
@@ -42,7 +42,9 @@ const MAX_FRAMES: u32 = 256;
 const SLOTS: u32 = 256;
 /// Copies per sampling interval of a thread's CPU time.
 const COPIES_PER_INTERVAL: u32 = 2;
-/// A copy older than this many sampling intervals is not used.
+/// A copy older than this many sampling intervals of the thread's CPU time
+/// is not used (of wall time where that cannot be read). A thread waiting
+/// for a CPU does not move: its copy stays exact however long it waits.
 const MAX_AGE: u64 = 2;
 
 /// What the copies did.
@@ -204,10 +206,18 @@ impl Interrupt {
             self.chain.watch(tid as u32, w.slot, start, mark).ok()?;
             (w.mark, w.since_ns) = (mark, osprey_perf::now_ns());
         }
-        w.events.as_ref()?;
-        let (slot, since) = (w.slot, w.since_ns);
-        let fresh = osprey_perf::now_ns().saturating_sub(MAX_AGE * self.interval_ns).max(since);
-        let Some(c) = self.chain.latest(slot, tid as u32).filter(|c| c.time_ns >= fresh) else {
+        // The thread's CPU time now, on the clock the copies note theirs on.
+        let cpu_now = w.events.as_ref()?.counts().ok().map(|c| c.cpu_ns);
+        let (slot, since, max_age) = (w.slot, w.since_ns, MAX_AGE * self.interval_ns);
+        let wall_fresh = osprey_perf::now_ns().saturating_sub(max_age);
+        let fresh = |c: &Copied| {
+            c.time_ns >= since
+                && match cpu_now.filter(|_| c.count != 0) {
+                    Some(now) => now.saturating_sub(c.count) <= max_age,
+                    None => c.time_ns >= wall_fresh,
+                }
+        };
+        let Some(c) = self.chain.latest(slot, tid as u32).filter(fresh) else {
             self.stats.missed += 1;
             return None;
         };
