@@ -171,23 +171,31 @@ fn a_cpython_command_shows_its_python_functions() {
     argv.extend(pyargv.iter().map(String::as_str));
     // Rounds of f50/f30/f20: an amount of CPU (2-3 s), whatever the load.
     argv.extend([script.as_str(), "bench", "300"]);
-    let o = Command::new(osprey()).args(&argv).output().unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(o.status.code(), Some(0), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
-    // "wall S truth P50 P30 P20": the CPU split the program measured itself.
-    let want: Vec<f64> = out
-        .lines()
-        .find_map(|l| l.split_once(" truth ").map(|t| t.1))
-        .unwrap_or_else(|| panic!("no truth line:\n{out}"))
-        .split_whitespace()
-        .map(|v| v.parse().unwrap())
-        .collect();
-    let rows = last_table(&out);
-    let got = shares(&rows, &["f50 (workload.py)", "f30 (workload.py)", "f20 (workload.py)"], &out);
-    eprintln!("python split {got:.1?}, truth {want:.1?}");
-    for (g, w) in got.iter().zip(&want) {
-        assert!((g - w).abs() <= 6.0, "split {got:.1?}, truth {want:.1?}:\n{out}");
-    }
+    // About 550 samples (2 points of noise on each share), on shared cores:
+    // measured once more when the split misses (on a busy CI machine, 6.4
+    // points once, where quiet runs stay within 3).
+    let (out, rows) = osprey_testkit::run::rerun_on_noise(2, |last| {
+        let o = Command::new(osprey()).args(&argv).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+        // "wall S truth P50 P30 P20": the CPU split the program measured itself.
+        let want: Vec<f64> = out
+            .lines()
+            .find_map(|l| l.split_once(" truth ").map(|t| t.1))
+            .unwrap_or_else(|| panic!("no truth line:\n{out}"))
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let rows = last_table(&out);
+        let got = shares(&rows, &["f50 (workload.py)", "f30 (workload.py)", "f20 (workload.py)"], &out);
+        eprintln!("python split {got:.1?}, truth {want:.1?}");
+        let close = got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 6.0);
+        if !(close || last) {
+            return None;
+        }
+        assert!(close, "split {got:.1?}, truth {want:.1?}:\n{out}");
+        Some((out, rows))
+    });
     // Since the start, nearly all of it under the script's module (the
     // interpreter's start and exit aside).
     let all: f64 = rows.values().map(|r| r.own_s).sum();
