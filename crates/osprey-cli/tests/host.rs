@@ -275,13 +275,7 @@ fn start_ending(
             .ok()
             .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
     };
-    let cpu = || {
-        let Some(pid) = program() else { return 0 };
-        std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let cpu = || program().map_or(0, |pid| osprey_testkit::run::schedstat(pid).0);
     let deadline = Instant::now() + Duration::from_secs(60);
     while cpu() < 300_000_000 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

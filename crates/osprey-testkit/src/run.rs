@@ -153,6 +153,14 @@ pub fn burn_cpu(d: Duration) -> u64 {
     x
 }
 
+/// `/proc/PID/schedstat` of `pid`'s main thread: nanoseconds on a CPU and
+/// waiting for one (runnable), since it started; zeros if it is gone.
+pub fn schedstat(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap_or_default();
+    let mut f = s.split_whitespace().map(|n| n.parse::<u64>().unwrap_or(0));
+    (f.next().unwrap_or(0), f.next().unwrap_or(0))
+}
+
 /// Runs a statistical check up to `runs` times and returns what it found.
 /// `check(last)` asserts what must always hold and returns None when the
 /// run missed only a figure that sampling noise explains; on the `last`

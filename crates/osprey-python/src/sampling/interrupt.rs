@@ -206,16 +206,17 @@ impl Interrupt {
             self.chain.watch(tid as u32, w.slot, start, mark).ok()?;
             (w.mark, w.since_ns) = (mark, osprey_perf::now_ns());
         }
-        // The thread's CPU time now, on the clock the copies note theirs on.
-        let cpu_now = w.events.as_ref()?.counts().ok().map(|c| c.cpu_ns);
+        let events = w.events.as_ref()?;
         let (slot, since, max_age) = (w.slot, w.since_ns, MAX_AGE * self.interval_ns);
         let wall_fresh = osprey_perf::now_ns().saturating_sub(max_age);
+        // A thread's CPU time grows no faster than the wall clock: a copy
+        // young by the wall clock is young by CPU time too, and only an
+        // older one costs a read of the event's count (the thread's CPU
+        // time now, on the clock the copy noted its own on).
         let fresh = |c: &Copied| {
             c.time_ns >= since
-                && match cpu_now.filter(|_| c.count != 0) {
-                    Some(now) => now.saturating_sub(c.count) <= max_age,
-                    None => c.time_ns >= wall_fresh,
-                }
+                && (c.time_ns >= wall_fresh
+                    || c.count != 0 && events.counts().is_ok_and(|now| now.cpu_ns.saturating_sub(c.count) <= max_age))
         };
         let Some(c) = self.chain.latest(slot, tid as u32).filter(fresh) else {
             self.stats.missed += 1;
