@@ -35,7 +35,9 @@ impl Drop for Running {
 fn start(root: &Path, version: &str, pidns: bool) -> Running {
     let script = workload_path();
     let inner = format!("/tmp/osprey-cli-workload-{}.py", std::process::id());
-    std::fs::copy(&script, root.join(inner.trim_start_matches('/'))).unwrap();
+    let host = root.join(inner.trim_start_matches('/'));
+    std::fs::copy(&script, &host).unwrap();
+    osprey_testkit::tmp::remove_at_exit(&host);
     let mut c = if pidns {
         let mut c = Command::new("unshare");
         c.arg("--pid").arg("--fork").arg(format!("--mount-proc={}", root.join("proc").display())).arg("chroot");

@@ -260,6 +260,16 @@ fn parts_left_by_a_killed_osprey_are_merged_next_time() {
     std::thread::sleep(Duration::from_millis(700));
     child.kill().unwrap();
     child.wait().unwrap();
+    // Its private status directory is left too, until the next `osprey exec` ends.
+    let status_prefix = format!("osprey-status-{}-", child.id());
+    let status_dirs = || -> Vec<_> {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&status_prefix))
+            .collect()
+    };
+    assert_eq!(status_dirs().len(), 1, "the killed osprey's status directory");
     // The command goes on without osprey and writes its last part at exit.
     assert_eq!(lines.next().unwrap().unwrap(), "done");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -285,6 +295,7 @@ fn parts_left_by_a_killed_osprey_are_merged_next_time() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("osprey: merged the profiles an interrupted run left: "), "{err}");
+    assert!(status_dirs().is_empty(), "the killed osprey's status directory is removed");
     // No spool nor temporary file left.
     assert_eq!(only_profiles(&out), before + 2, "the recovered file and this run's: {err}");
     let ps = read_profiles(&out);

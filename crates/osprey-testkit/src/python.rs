@@ -60,17 +60,20 @@ impl Py {
         }
     }
 
-    /// A scratch file path as the interpreter sees it.
+    /// A scratch file path as the interpreter sees it, removed (file or
+    /// directory) when the test process exits.
     pub fn scratch(&self, tag: &str) -> String {
         let name = format!(
             "osprey-py-{tag}-{}-{}",
             std::process::id(),
             SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
-        match &self.root {
+        let inner = match &self.root {
             Some(_) => format!("/tmp/{name}"),
             None => std::env::temp_dir().join(name).to_string_lossy().into_owned(),
-        }
+        };
+        crate::tmp::remove_at_exit(&self.host_path(&inner));
+        inner
     }
 
     /// The workload script, as the interpreter sees it (copied into the root).

@@ -4,7 +4,8 @@
 //! counter and the wall clock in nanoseconds: unique across the tests of one
 //! binary running in parallel, across binaries, and across runs.
 //!
-//! A directory made by [`tempdir`] is removed when the test process exits
+//! A directory made by [`tempdir`] (or a path given to [`remove_at_exit`])
+//! is removed when the test process exits
 //! (a CI run left 150 MB of them per run otherwise), unless
 //! `OSPREY_KEEP_TMP=1` keeps them to look at a failure.
 
@@ -15,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// The directories [`tempdir`] made, and the process that made them.
+/// The paths to remove at exit, and the process that noted them.
 static MADE: Mutex<(u32, Vec<PathBuf>)> = Mutex::new((0, Vec::new()));
 
 /// Removes [`MADE`] at exit, in the process that made them only: a forked
@@ -25,14 +26,18 @@ extern "C" fn remove_made() {
     if made.0 != std::process::id() {
         return;
     }
-    for d in &made.1 {
-        // `remove_dir_all` never follows a symbolic link out of the directory.
-        let _ = std::fs::remove_dir_all(d);
+    for p in &made.1 {
+        // Neither call follows a symbolic link out of the path.
+        let _ = match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+            _ => std::fs::remove_file(p),
+        };
     }
 }
 
-/// Notes `d` for removal at exit, registering the removal once.
-fn remove_at_exit(d: &std::path::Path) {
+/// Notes `d`, a file or directory, for removal when this process exits
+/// (unless `OSPREY_KEEP_TMP=1`).
+pub fn remove_at_exit(d: &std::path::Path) {
     static REGISTER: Once = Once::new();
     if std::env::var_os("OSPREY_KEEP_TMP").is_some_and(|v| v == "1") {
         return;
