@@ -6,6 +6,9 @@ use osprey_upload::RunReport;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
+/// Starts the name of a status directory: `<PREFIX><pid>-<nanos>`.
+const PREFIX: &str = "osprey-status-";
+
 /// Created mode 0700 under the temporary directory; removed on drop.
 pub struct StatusDir(PathBuf);
 
@@ -14,7 +17,7 @@ impl StatusDir {
     /// made: the end-of-run lines then count the files they find.
     pub fn create() -> Option<StatusDir> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.subsec_nanos();
-        let dir = std::env::temp_dir().join(format!("osprey-status-{}-{nanos:x}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("{PREFIX}{}-{nanos:x}", std::process::id()));
         std::fs::DirBuilder::new().mode(0o700).create(&dir).ok()?;
         Some(StatusDir(dir))
     }
@@ -51,7 +54,7 @@ fn remove_orphans(tmp: &Path) {
         let name = e.file_name();
         let Some(pid) = name
             .to_str()
-            .and_then(|n| n.strip_prefix("osprey-status-"))
+            .and_then(|n| n.strip_prefix(PREFIX))
             .and_then(|n| n.split_once('-'))
             .and_then(|(pid, _)| pid.parse::<i32>().ok())
             .filter(|&pid| pid > 0)

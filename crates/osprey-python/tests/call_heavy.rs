@@ -326,16 +326,11 @@ fn attempt(py: &common::Py, env: &[(&str, &str)], workload: &str) -> (Pool, u64,
     let waited_ns = || osprey_testkit::run::schedstat(w.pid() as u32).1;
     let (mut pool, waited_before, began, mut spied) = (Pool::default(), waited_ns(), std::time::Instant::now(), 0);
     for _ in 0..4 {
-        let (profiles, summary) = collect_with(w.pid(), 1000, 2.0, false);
-        pool.read.extend(profiles);
+        let (read, summary) = collect_with(w.pid(), 1000, 2.0, false);
         let i = summary.interrupt.expect("copies at the interrupt (run as root)");
-        (pool.copied, pool.missed) = (pool.copied + i.copied, pool.missed + i.missed);
-        let (shares, n) = osprey_testkit::readers::py_spy_flat(w.pid(), 2, 1000);
-        for (f, s) in shares {
-            *pool.spy.entry(f).or_default() += s;
-        }
+        let (spy, n) = osprey_testkit::readers::py_spy_flat(w.pid(), 2, 1000);
+        pool.add(Pool { read, spy, rounds: 1, copied: i.copied, missed: i.missed });
         spied += n;
-        pool.rounds += 1;
     }
     let wait = 100.0 * waited_ns().saturating_sub(waited_before) as f64 / began.elapsed().as_nanos() as f64;
     (pool, spied, wait)

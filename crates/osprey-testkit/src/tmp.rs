@@ -5,13 +5,12 @@
 //! binary running in parallel, across binaries, and across runs.
 //!
 //! A directory made by [`tempdir`] (or a path given to [`remove_at_exit`])
-//! is removed when the test process exits
-//! (a CI run left 150 MB of them per run otherwise), unless
-//! `OSPREY_KEEP_TMP=1` keeps them to look at a failure.
+//! is removed when the test process exits, unless `OSPREY_KEEP_TMP=1`
+//! keeps them to look at a failure.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, Once};
+use std::sync::{Mutex, Once, TryLockError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -20,9 +19,14 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 static MADE: Mutex<(u32, Vec<PathBuf>)> = Mutex::new((0, Vec::new()));
 
 /// Removes [`MADE`] at exit, in the process that made them only: a forked
-/// child that calls `exit` must not take its parent's directories.
+/// child that calls `exit` must not take its parent's directories. A
+/// thread still holding the lock at exit leaves them: exit never waits.
 extern "C" fn remove_made() {
-    let Ok(made) = MADE.lock() else { return };
+    let made = match MADE.try_lock() {
+        Ok(made) => made,
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(TryLockError::WouldBlock) => return,
+    };
     if made.0 != std::process::id() {
         return;
     }
